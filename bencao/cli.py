@@ -1,0 +1,80 @@
+"""The one ``bencao`` command. Sub-commands live beside the code they drive and are mounted here.
+
+Heavy libraries (torch, transformers, faiss) are imported inside the commands, so ``bencao --help``
+and light commands start fast. User mistakes end in a one-line ``error: ...`` and exit code 2,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="bencao",
+    help="bencao (本草): build a knowledge graph from TCM books, food ontologies and supplement KBs; "
+    "distill data from a teacher LLM; train a CoT model and an embedder; answer with traceable evidence.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def version() -> None:
+    """Print the bencao version."""
+    from bencao import __version__
+
+    typer.echo(__version__)
+
+
+def _mount() -> None:
+    from bencao.retrieval.cli import graph_app
+
+    app.add_typer(graph_app, name="graph")
+
+
+_mount()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: runs the app and turns user errors into one line."""
+    import click
+
+    from bencao.errors import BencaoError
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        app(args=argv, prog_name="bencao", standalone_mode=False)
+    except BencaoError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return 2
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        typer.echo("interrupted; completed work is saved and the step can be resumed", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+def run() -> None:  # console script
+    sys.exit(main())

@@ -1,0 +1,25 @@
+"""User-facing errors: one line that names the file, the record and the problem."""
+
+from __future__ import annotations
+
+
+class BencaoError(Exception):
+    """An error caused by the user's input or configuration.
+
+    The CLI prints ``str(err)`` on one line and exits non-zero, without a traceback.
+    """
+
+
+class InputError(BencaoError):
+    """Bad input data: names the file, the record (line or row) and what is wrong."""
+
+    def __init__(self, path: object, problem: str, record: object | None = None):
+        self.path = str(path)
+        self.record = record
+        self.problem = problem
+        where = self.path if record is None else f"{self.path}:{record}"
+        super().__init__(f"{where}: {problem}")
+
+
+class ConfigError(BencaoError):
+    """A configuration file or override that cannot be used."""

@@ -1,0 +1,160 @@
+"""Text normalisation for matching keys. Display text is never altered; Chinese is first-class.
+
+``norm_key`` is the single definition of "the same name" used by the alias table, entity
+resolution and linking: NFKC (which folds full-width forms to half-width), the remaining
+ideographic punctuation to ASCII, case folding, traditional → simplified Chinese (OpenCC), and
+collapsed whitespace. Non-ASCII characters are never stripped.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from typing import Iterable
+
+_SPACE_RE = re.compile(r"\s+")
+# Ideographic punctuation that NFKC leaves alone, mapped to its ASCII counterpart for keys.
+_PUNCT = str.maketrans({"、": ",", "。": ".", "〈": "<", "〉": ">", "《": "<", "》": ">", "「": '"', "」": '"', "『": '"', "』": '"', "【": "[", "】": "]", "〔": "[", "〕": "]", "∶": ":", "—": "-", "–": "-", "·": " ", "・": " "})
+_CJK_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002ffff]")
+# Characters that separate words for tokenisation of non-CJK text.
+_WORD_RE = re.compile(r"[\w\u3400-\u4dbf\u4e00-\u9fff]+", re.UNICODE)
+_STOP_PUNCT = set(",.;:!?()[]{}<>\"'`~@#$%^&*-_=+|\\/，。；：！？（）【】《》、“”‘’…·")
+
+
+@functools.lru_cache(maxsize=1)
+def _t2s():
+    from opencc import OpenCC
+
+    return OpenCC("t2s")
+
+
+def half_width(text: str) -> str:
+    """NFKC: full-width letters, digits and punctuation become half-width; compatibility forms fold."""
+    return unicodedata.normalize("NFKC", text)
+
+
+def to_simplified(text: str) -> str:
+    """Traditional → simplified Chinese (OpenCC t2s). ASCII and other scripts pass through."""
+    if not has_cjk(text):
+        return text
+    return _t2s().convert(text)
+
+
+@functools.lru_cache(maxsize=200_000)
+def norm_key(text: str) -> str:
+    """The matching key of a name: NFKC, punctuation folded, lower-case, simplified, whitespace collapsed."""
+    s = half_width(text).translate(_PUNCT).casefold()
+    s = to_simplified(s)
+    s = _SPACE_RE.sub(" ", s).strip()
+    return s
+
+
+def has_cjk(text: str) -> bool:
+    return bool(_CJK_RE.search(text))
+
+
+def cjk_ratio(text: str) -> float:
+    """Share of non-space characters that are CJK ideographs."""
+    chars = [c for c in text if not c.isspace()]
+    if not chars:
+        return 0.0
+    return sum(1 for c in chars if _CJK_RE.match(c)) / len(chars)
+
+
+def lang_of(text: str) -> str:
+    """'zh' when a fifth or more of the characters are CJK, else 'en'."""
+    return "zh" if cjk_ratio(text) >= 0.2 else "en"
+
+
+@functools.lru_cache(maxsize=1)
+def _jieba():
+    import logging
+
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba
+
+
+def add_words(words: Iterable[str]) -> None:
+    """Teach jieba domain words (entity names) so they are kept whole when tokenising."""
+    jb = _jieba()
+    for w in words:
+        w = w.strip()
+        if w and has_cjk(w):
+            jb.add_word(norm_key(w), freq=50_000)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lexical tokens for BM25 and keyword matching: jieba for Chinese, words for the rest.
+
+    Works on the normalised key (so traditional and simplified forms give the same tokens); drops
+    pure punctuation; keeps single CJK characters (classical Chinese is largely monosyllabic).
+    """
+    key = norm_key(text)
+    if not key:
+        return []
+    if has_cjk(key):
+        toks = [t.strip() for t in _jieba().lcut(key, HMM=False)]
+    else:
+        toks = _WORD_RE.findall(key)
+    return [t for t in toks if t and not all(c in _STOP_PUNCT or c.isspace() for c in t)]
+
+
+_SENT_END = "。！？；!?;"
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split on Chinese and Western sentence ends, keeping the terminator with its sentence."""
+    out: list[str] = []
+    buf: list[str] = []
+    for i, ch in enumerate(text):
+        buf.append(ch)
+        if ch in _SENT_END or ch == "\n" or (ch == "." and (i + 1 == len(text) or text[i + 1] == " ")):
+            s = "".join(buf).strip()
+            if s:
+                out.append(s)
+            buf = []
+    s = "".join(buf).strip()
+    if s:
+        out.append(s)
+    return out
+
+
+def count_tokens(text: str) -> int:
+    """Approximate model tokens: one per CJK character, ~0.75 per Western word-piece (chars/4)."""
+    cjk = len(_CJK_RE.findall(text))
+    rest = len(text) - cjk
+    return cjk + max(0, round(rest / 4))
+
+
+def chunk_text(text: str, max_tokens: int = 300) -> list[str]:
+    """Split text into chunks of at most ~``max_tokens`` on sentence boundaries.
+
+    A single sentence longer than the budget is cut at the budget (never dropped).
+    """
+    sentences = split_sentences(text)
+    chunks: list[str] = []
+    cur: list[str] = []
+    cur_tok = 0
+    for s in sentences:
+        t = count_tokens(s)
+        if t > max_tokens:
+            if cur:
+                chunks.append("".join(cur) if has_cjk(s) else " ".join(cur))
+                cur, cur_tok = [], 0
+            # hard-cut an overlong sentence by characters
+            step = max(1, int(len(s) * max_tokens / t))
+            for i in range(0, len(s), step):
+                chunks.append(s[i : i + step])
+            continue
+        if cur and cur_tok + t > max_tokens:
+            chunks.append("".join(cur) if has_cjk("".join(cur)) else " ".join(cur))
+            cur, cur_tok = [], 0
+        cur.append(s)
+        cur_tok += t
+    if cur:
+        chunks.append("".join(cur) if has_cjk("".join(cur)) else " ".join(cur))
+    return [c for c in chunks if c.strip()]

@@ -1,0 +1,1 @@
+"""The graph and everything deterministic over it: store, ingestion, indexes, linking, search, ranking."""

@@ -1,0 +1,616 @@
+"""The SQLite graph store: documents → sections → snippets (macro), entities/triples (micro).
+
+Usage::
+
+    g = Graph.open("graphs/sample")            # or Graph.create(dir)
+    b = g.builder(source="神农本草经.txt", kind="book", format="books-txt", content_key=sha1)
+    book = b.section("神农本草经")
+    sec = b.section("丹砂", parent=book)
+    snip = b.snippet(sec, "味甘，微寒。主身体五脏百病……")
+    e = b.entity("丹砂", "substance")
+    t = b.triple(e, "has_flavour", b.entity("甘", "flavour"), confidence=0.7, snippet=snip)
+    g.commit(b)                                # one transaction; a no-op if the document exists
+
+Ids are content hashes, so the same input always gives the same ids and re-ingesting changes
+nothing. Every fact records the document that asserted it; ``remove_document`` deletes the
+document and then only the triples/entities no other document supports.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from bencao.errors import BencaoError
+from bencao.io import atomic_write_json, content_hash
+from bencao.text import norm_key
+
+SCHEMA_VERSION = 1
+DB_NAME = "graph.sqlite"
+MANIFEST_NAME = "manifest.json"
+
+#: When several sources give a triple different layers, the most trusted wins.
+LAYER_PRECEDENCE = ("imported", "book", "personal", "completed")
+
+_SCHEMA_SQL = (Path(__file__).with_name("schema.sql")).read_text(encoding="utf-8")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def entity_id_for(name: str, type_: str) -> str:
+    """Content-hash id of a name-keyed entity (sources without their own ids)."""
+    return "E" + content_hash(type_, norm_key(name))
+
+
+def triple_id_for(head_id: str, relation: str, tail_id: str) -> str:
+    return "T" + content_hash(head_id, relation, tail_id)
+
+
+def merge_attributes(dicts: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Merge attribute dicts in source order: lists are unioned (order kept), scalars first-wins."""
+    out: dict[str, Any] = {}
+    for d in dicts:
+        for k, v in d.items():
+            if k not in out:
+                out[k] = list(v) if isinstance(v, list) else v
+            elif isinstance(out[k], list) and isinstance(v, list):
+                for item in v:
+                    if item not in out[k]:
+                        out[k].append(item)
+    return out
+
+
+# --------------------------------------------------------------------------- builder
+
+
+@dataclass
+class _Entity:
+    id: str
+    name: str
+    norm: str
+    type: str
+    layer: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+    description: str | None = None
+
+
+class DocumentBuilder:
+    """Collects one document's sections, snippets, entities, aliases and triples for one commit.
+
+    Loaders call its methods while parsing; nothing touches the store until ``Graph.commit``, so a
+    parse error leaves the graph exactly as it was.
+    """
+
+    def __init__(self, graph: "Graph", *, source: str, kind: str, content_key: str, format: str | None = None,
+                 title: str | None = None, licence: str | None = None, meta: dict[str, Any] | None = None):
+        self.graph = graph
+        self.document_id = "D" + content_hash(format or "", content_key)
+        self.source = source
+        self.kind = kind
+        self.format = format
+        self.title = title
+        self.licence = licence
+        self.meta = dict(meta or {})
+        self.sections: list[tuple] = []
+        self.snippets: list[tuple] = []
+        self.entities: dict[str, _Entity] = {}
+        self.aliases: dict[tuple[str, str, str], str] = {}
+        self.triples: dict[str, tuple] = {}
+        self.triple_sources: dict[tuple[str, str], tuple] = {}
+        self.links: dict[tuple[str, str, str], float] = {}
+        self.relations: dict[str, tuple] = {}
+        self._section_paths: dict[str, list[str]] = {}
+        self._section_levels: dict[str, int] = {}
+        self._snippet_ord: Counter[str] = Counter()
+        self._local_names: dict[tuple[str, str], str] = {}
+
+    # -- macro
+    def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
+        """Add a heading; returns its id. ``parent=None`` makes a root (the book itself)."""
+        title = title.strip() or "(untitled)"
+        path = [*self._section_paths[parent], title] if parent else [title]
+        ord_ = len(self.sections)
+        sid = "S" + content_hash(self.document_id, json.dumps(path, ensure_ascii=False), ord_)
+        level = self._section_levels[parent] + 1 if parent else 0
+        self.sections.append((sid, self.document_id, parent, level, title, json.dumps(path, ensure_ascii=False), ord_))
+        self._section_paths[sid] = path
+        self._section_levels[sid] = level
+        return sid
+
+    def section_path(self, section_id: str) -> list[str]:
+        return list(self._section_paths[section_id])
+
+    def snippet(self, section_id: str, text: str, n_tokens: int | None = None) -> str:
+        from bencao.text import count_tokens
+
+        ord_ = self._snippet_ord[section_id]
+        self._snippet_ord[section_id] += 1
+        sid = "P" + content_hash(section_id, ord_, text)
+        self.snippets.append((sid, self.document_id, section_id, ord_, text, n_tokens if n_tokens is not None else count_tokens(text)))
+        return sid
+
+    # -- micro
+    def entity(self, name: str, type: str, *, id: str | None = None, layer: str = "book",
+               attributes: dict[str, Any] | None = None, description: str | None = None,
+               aliases: Iterable[tuple[str, str]] = ()) -> str:
+        """Add (or refer to) an entity; returns its id.
+
+        With ``id`` the source's own identifier is used (ontology CURIEs, KB ids). Without it the
+        entity is resolved by name: an entity of the same type already known under that name or
+        alias (in this document or in the graph) is reused, else a content-hash id is minted.
+        ``aliases`` are ``(alias, kind)`` pairs.
+        """
+        name = name.strip()
+        if not name:
+            raise ValueError("entity name is empty")
+        key = norm_key(name)
+        if id is None:
+            id = self._local_names.get((type, key)) or self.graph.find_entity_id(key, type) or entity_id_for(name, type)
+        ent = self.entities.get(id)
+        if ent is None:
+            ent = self.entities[id] = _Entity(id, name, key, type, layer)
+            self.alias(id, name, "name")
+        if attributes:
+            ent.attributes = merge_attributes([ent.attributes, attributes])
+        if description and not ent.description:
+            ent.description = description
+        for alias, kind in aliases:
+            self.alias(id, alias, kind)
+        return id
+
+    def alias(self, entity_id: str, alias: str, kind: str) -> None:
+        alias = alias.strip()
+        if not alias:
+            return
+        key = norm_key(alias)
+        if not key:
+            return
+        self.aliases.setdefault((key, entity_id, kind), alias)
+        ent = self.entities.get(entity_id)
+        if ent is not None:
+            self._local_names.setdefault((ent.type, key), entity_id)
+
+    def relation(self, name: str, description: str | None = None, head_type: str | None = None, tail_type: str | None = None) -> None:
+        self.relations[name] = (name, description, head_type, tail_type)
+
+    def triple(self, head_id: str, relation: str, tail_id: str, *, confidence: float, layer: str, origin: str,
+               snippet: str | None = None, kind: str | None = None, attributes: dict[str, Any] | None = None) -> str:
+        """Add a triple with its provenance (the snippet, or the document for curated rows)."""
+        if not 0.0 <= confidence <= 1.0:
+            raise ValueError(f"confidence {confidence} outside [0, 1]")
+        for eid in (head_id, tail_id):
+            if eid not in self.entities:
+                raise KeyError(f"entity {eid} must be added to the builder before a triple uses it")
+        if relation not in self.relations:
+            self.relations[relation] = (relation, None, None, None)
+        tid = triple_id_for(head_id, relation, tail_id)
+        attrs = json.dumps(attributes or {}, ensure_ascii=False, sort_keys=True)
+        prev = self.triples.get(tid)
+        if prev is None or confidence > prev[4]:
+            self.triples[tid] = (tid, head_id, relation, tail_id, confidence, layer, origin, attrs)
+        kind = kind or ("M1" if snippet else "record")
+        src_key = (tid, snippet or "")
+        old = self.triple_sources.get(src_key)
+        if old is None or confidence > old[4]:
+            self.triple_sources[src_key] = (tid, self.document_id, snippet, kind, confidence, layer, origin, attrs)
+        return tid
+
+    def link(self, src_id: str, dst_id: str, kind: str, score: float) -> None:
+        self.links[(src_id, dst_id, kind)] = score
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
+                "aliases": len(self.aliases), "triples": len(self.triples)}
+
+
+# --------------------------------------------------------------------------- graph
+
+
+class Graph:
+    """A graph directory: ``graph.sqlite`` + ``manifest.json`` (+ indexes written by retrieval)."""
+
+    def __init__(self, directory: Path, conn: sqlite3.Connection):
+        self.dir = directory
+        self.conn = conn
+        self._lock = threading.RLock()
+
+    # -- lifecycle
+    @classmethod
+    def create(cls, directory: str | Path) -> "Graph":
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        g = cls._connect(directory)
+        g.conn.executescript(_SCHEMA_SQL)
+        if True:
+            g.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            g.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('created_at', ?)", (_now(),))
+        if not (directory / MANIFEST_NAME).exists():
+            g.write_manifest(op="create")
+        return g
+
+    @classmethod
+    def open(cls, directory: str | Path, create: bool = False, read_only: bool = False) -> "Graph":
+        """Open an existing graph directory (``create=True`` makes an empty one when missing)."""
+        directory = Path(directory)
+        if not (directory / DB_NAME).exists():
+            if create:
+                return cls.create(directory)
+            raise BencaoError(f"{directory}: no graph here (expected {DB_NAME}); build one with `bencao graph build`")
+        g = cls._connect(directory, read_only=read_only)
+        row = g.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = int(row[0]) if row else None
+        if version != SCHEMA_VERSION:
+            raise BencaoError(f"{directory}: graph schema version {version} is not the supported version {SCHEMA_VERSION}; rebuild it")
+        return g
+
+    @classmethod
+    def _connect(cls, directory: Path, read_only: bool = False) -> "Graph":
+        path = directory / DB_NAME
+        if read_only:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+        else:
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA cache_size=-262144")  # 256 MiB page cache
+        conn.row_factory = sqlite3.Row
+        return cls(directory, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Graph":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing
+    def builder(self, **kwargs: Any) -> DocumentBuilder:
+        return DocumentBuilder(self, **kwargs)
+
+    def has_document(self, document_id: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM documents WHERE id=?", (document_id,)).fetchone() is not None
+
+    def commit(self, b: DocumentBuilder) -> bool:
+        """Write a built document in one transaction. Returns False when it was already present."""
+        with self._lock:
+            if self.has_document(b.document_id):
+                return False
+            c = self.conn
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                c.execute(
+                    "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
+                )
+                c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
+                c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
+                c.executemany(
+                    "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
+                    [(e.id, e.name, e.norm, e.type, e.layer, json.dumps(e.attributes, ensure_ascii=False), e.description) for e in b.entities.values()],
+                )
+                c.executemany(
+                    "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
+                    [(e.id, b.document_id, json.dumps(e.attributes, ensure_ascii=False), e.description) for e in b.entities.values()],
+                )
+                c.executemany(
+                    "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
+                    [(k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()],
+                )
+                c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
+                c.executemany(
+                    "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+                    list(b.triples.values()),
+                )
+                c.executemany(
+                    "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+                    list(b.triple_sources.values()),
+                )
+                c.executemany(
+                    "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
+                    [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
+                )
+                # Entities and triples that existed before this document: refresh merged views.
+                self._refresh_entities([e.id for e in b.entities.values()], only_shared=True)
+                self._refresh_triples(list(b.triples), only_shared=True)
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+        return True
+
+    def _refresh_entities(self, ids: list[str], only_shared: bool = False) -> None:
+        """Recompute merged attributes/description of entities from their remaining sources."""
+        c = self.conn
+        for chunk in _chunks(ids, 500):
+            q = ",".join("?" * len(chunk))
+            having = "HAVING COUNT(*) > 1" if only_shared else ""
+            shared = [r[0] for r in c.execute(f"SELECT entity_id FROM entity_sources WHERE entity_id IN ({q}) GROUP BY entity_id {having}", chunk)]
+            for eid in shared:
+                rows = c.execute(
+                    "SELECT es.attributes, es.description FROM entity_sources es JOIN documents d ON d.id = es.document_id "
+                    "WHERE es.entity_id=? ORDER BY d.rowid", (eid,)).fetchall()
+                attrs = merge_attributes(json.loads(r[0]) for r in rows)
+                desc = next((r[1] for r in rows if r[1]), None)
+                c.execute("UPDATE entities SET attributes=?, description=? WHERE id=?", (json.dumps(attrs, ensure_ascii=False), desc, eid))
+
+    def _refresh_triples(self, ids: list[str], only_shared: bool = False) -> None:
+        """Triple confidence = max over its sources; layer = the most trusted source layer."""
+        c = self.conn
+        rank = {l: i for i, l in enumerate(LAYER_PRECEDENCE)}
+        for chunk in _chunks(ids, 500):
+            q = ",".join("?" * len(chunk))
+            having = "HAVING COUNT(*) > 1" if only_shared else ""
+            rows = c.execute(
+                f"SELECT triple_id, MAX(confidence), GROUP_CONCAT(layer, '|') FROM triple_sources WHERE triple_id IN ({q}) GROUP BY triple_id {having}", chunk
+            ).fetchall()
+            for tid, conf, layers in rows:
+                layer = min(layers.split("|"), key=lambda l: rank.get(l, len(rank)))
+                c.execute("UPDATE triples SET confidence=?, layer=? WHERE id=? AND layer != 'completed'", (conf, layer, tid))
+
+    def remove_document(self, document_id: str) -> dict[str, int]:
+        """Delete a document and exactly what no other document supports. Returns what was removed."""
+        with self._lock:
+            c = self.conn
+            if not self.has_document(document_id):
+                raise BencaoError(f"no document {document_id!r} in {self.dir}; list them with `bencao graph stats --documents`")
+            before = self.counts()
+            try:
+                c.execute("BEGIN IMMEDIATE")
+                touched_triples = [r[0] for r in c.execute("SELECT DISTINCT triple_id FROM triple_sources WHERE document_id=?", (document_id,))]
+                touched_entities = [r[0] for r in c.execute("SELECT entity_id FROM entity_sources WHERE document_id=?", (document_id,))]
+                # Sources held by snippets of this document but recorded under another document
+                # (e.g. a later extraction run over these snippets) go with the snippets.
+                touched_triples += [r[0] for r in c.execute(
+                    "SELECT DISTINCT ts.triple_id FROM triple_sources ts JOIN snippets s ON s.id = ts.snippet_id WHERE s.document_id=?", (document_id,))]
+                c.execute("DELETE FROM documents WHERE id=?", (document_id,))
+                for chunk in _chunks(touched_triples, 500):
+                    q = ",".join("?" * len(chunk))
+                    c.execute(f"DELETE FROM triples WHERE id IN ({q}) AND NOT EXISTS (SELECT 1 FROM triple_sources ts WHERE ts.triple_id = triples.id)", chunk)
+                self._refresh_triples(touched_triples)
+                for chunk in _chunks(touched_entities, 500):
+                    q = ",".join("?" * len(chunk))
+                    c.execute(
+                        f"DELETE FROM entities WHERE id IN ({q}) AND NOT EXISTS (SELECT 1 FROM entity_sources es WHERE es.entity_id = entities.id) "
+                        "AND NOT EXISTS (SELECT 1 FROM triples t WHERE t.head_id = entities.id OR t.tail_id = entities.id)", chunk)
+                self._refresh_entities(touched_entities)
+                c.execute("DELETE FROM relations WHERE NOT EXISTS (SELECT 1 FROM triples t WHERE t.relation = relations.name)")
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+            after = self.counts()
+        return {k: before[k] - after[k] for k in before}
+
+    # -- reading
+    def counts(self) -> dict[str, int]:
+        q = lambda t: self.conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]  # noqa: E731
+        return {t: q(t) for t in ("documents", "sections", "snippets", "entities", "aliases", "triples", "triple_sources", "links")}
+
+    def stats(self) -> dict[str, Any]:
+        c = self.counts()
+        group = lambda sql: {r[0]: r[1] for r in self.conn.execute(sql)}  # noqa: E731
+        return {
+            "documents": c["documents"],
+            "sections": c["sections"],
+            "snippets": c["snippets"],
+            "entities": c["entities"],
+            "aliases": c["aliases"],
+            "triples": c["triples"],
+            "links": c["links"],
+            "by_layer": group("SELECT layer, COUNT(*) FROM triples GROUP BY layer ORDER BY COUNT(*) DESC"),
+            "by_entity_type": group("SELECT type, COUNT(*) FROM entities GROUP BY type ORDER BY COUNT(*) DESC"),
+            "by_relation": group("SELECT relation, COUNT(*) FROM triples GROUP BY relation ORDER BY COUNT(*) DESC"),
+            "by_document_kind": group("SELECT kind, COUNT(*) FROM documents GROUP BY kind ORDER BY COUNT(*) DESC"),
+        }
+
+    def documents(self) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT d.*, (SELECT COUNT(*) FROM sections s WHERE s.document_id=d.id) AS n_sections, "
+            "(SELECT COUNT(*) FROM snippets p WHERE p.document_id=d.id) AS n_snippets, "
+            "(SELECT COUNT(*) FROM triple_sources t WHERE t.document_id=d.id) AS n_triple_sources FROM documents d ORDER BY d.rowid").fetchall()
+        return [_row(r, json_cols=("meta",)) for r in rows]
+
+    def get_document(self, document_id: str) -> dict[str, Any] | None:
+        r = self.conn.execute("SELECT * FROM documents WHERE id=?", (document_id,)).fetchone()
+        return _row(r, json_cols=("meta",)) if r else None
+
+    def find_entity_id(self, norm: str, type_: str | None = None) -> str | None:
+        """Id of an entity known under matching key ``norm`` (name first, then other aliases)."""
+        sql = ("SELECT a.entity_id FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
+               + (" AND e.type=?" if type_ else "") + " ORDER BY (a.kind='name') DESC, e.rowid LIMIT 1")
+        r = self.conn.execute(sql, (norm, type_) if type_ else (norm,)).fetchone()
+        return r[0] if r else None
+
+    def entities_by_alias(self, text: str) -> list[dict[str, Any]]:
+        """All entities whose name or alias has the same matching key as ``text``."""
+        rows = self.conn.execute(
+            "SELECT DISTINCT e.* FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm=? ORDER BY e.rowid", (norm_key(text),)).fetchall()
+        return [_row(r, json_cols=("attributes",)) for r in rows]
+
+    def get_entity(self, entity_id: str) -> dict[str, Any] | None:
+        r = self.conn.execute("SELECT * FROM entities WHERE id=?", (entity_id,)).fetchone()
+        return _row(r, json_cols=("attributes",)) if r else None
+
+    def get_entities(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = ",".join("?" * len(chunk))
+            for r in self.conn.execute(f"SELECT * FROM entities WHERE id IN ({q})", chunk):
+                out[r["id"]] = _row(r, json_cols=("attributes",))
+        return out
+
+    def aliases_of(self, entity_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT DISTINCT alias, norm, kind FROM aliases WHERE entity_id=? ORDER BY (kind='name') DESC, alias", (entity_id,))]
+
+    def iter_entities(self, type_: str | None = None) -> Iterator[dict[str, Any]]:
+        sql = "SELECT * FROM entities" + (" WHERE type=?" if type_ else "") + " ORDER BY rowid"
+        for r in self.conn.execute(sql, (type_,) if type_ else ()):
+            yield _row(r, json_cols=("attributes",))
+
+    def iter_aliases(self) -> Iterator[tuple[str, str, str, str]]:
+        """(norm, entity_id, alias, kind) for every alias row."""
+        yield from self.conn.execute("SELECT norm, entity_id, alias, kind FROM aliases ORDER BY rowid")
+
+    def get_triple(self, triple_id: str) -> dict[str, Any] | None:
+        r = self.conn.execute(_TRIPLE_SELECT + " WHERE t.id=?", (triple_id,)).fetchone()
+        return _row(r, json_cols=("attributes",)) if r else None
+
+    def get_triples(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = ",".join("?" * len(chunk))
+            for r in self.conn.execute(_TRIPLE_SELECT + f" WHERE t.id IN ({q})", chunk):
+                out[r["id"]] = _row(r, json_cols=("attributes",))
+        return out
+
+    def iter_triples(self, layer: str | None = None, relation: str | None = None) -> Iterator[dict[str, Any]]:
+        where, args = [], []
+        if layer:
+            where.append("t.layer=?"); args.append(layer)  # noqa: E702
+        if relation:
+            where.append("t.relation=?"); args.append(relation)  # noqa: E702
+        sql = _TRIPLE_SELECT + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY t.rowid"
+        for r in self.conn.execute(sql, args):
+            yield _row(r, json_cols=("attributes",))
+
+    def triples_of(self, entity_id: str, direction: str = "both", relation: str | None = None) -> list[dict[str, Any]]:
+        """Triples in which the entity is head (``out``), tail (``in``) or either (``both``)."""
+        parts, args = [], []
+        if direction in ("out", "both"):
+            parts.append("t.head_id=?"); args.append(entity_id)  # noqa: E702
+        if direction in ("in", "both"):
+            parts.append("t.tail_id=?"); args.append(entity_id)  # noqa: E702
+        sql = _TRIPLE_SELECT + " WHERE (" + " OR ".join(parts) + ")"
+        if relation:
+            sql += " AND t.relation=?"; args.append(relation)  # noqa: E702
+        return [_row(r, json_cols=("attributes",)) for r in self.conn.execute(sql + " ORDER BY t.confidence DESC, t.rowid", args)]
+
+    def neighbours(self, entity_id: str, direction: str = "both") -> list[str]:
+        ids: list[str] = []
+        for t in self.triples_of(entity_id, direction):
+            other = t["tail_id"] if t["head_id"] == entity_id else t["head_id"]
+            if other not in ids:
+                ids.append(other)
+        return ids
+
+    def triple_sources_of(self, triple_id: str) -> list[dict[str, Any]]:
+        return [_row(r, json_cols=("attributes",)) for r in self.conn.execute(
+            "SELECT * FROM triple_sources WHERE triple_id=? ORDER BY rowid", (triple_id,))]
+
+    def snippets_of_triple(self, triple_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            _SNIPPET_SELECT + " JOIN triple_sources ts ON ts.snippet_id = p.id WHERE ts.triple_id=? ORDER BY p.rowid", (triple_id,)).fetchall()
+        return [_snippet_row(r) for r in rows]
+
+    def triples_of_snippet(self, snippet_id: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            _TRIPLE_SELECT + " JOIN triple_sources ts ON ts.triple_id = t.id WHERE ts.snippet_id=? ORDER BY t.rowid", (snippet_id,)).fetchall()
+        return [_row(r, json_cols=("attributes",)) for r in rows]
+
+    def get_snippet(self, snippet_id: str) -> dict[str, Any] | None:
+        r = self.conn.execute(_SNIPPET_SELECT + " WHERE p.id=?", (snippet_id,)).fetchone()
+        return _snippet_row(r) if r else None
+
+    def get_snippets(self, ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = ",".join("?" * len(chunk))
+            for r in self.conn.execute(_SNIPPET_SELECT + f" WHERE p.id IN ({q})", chunk):
+                out[r["id"]] = _snippet_row(r)
+        return out
+
+    def iter_snippets(self, document_id: str | None = None) -> Iterator[dict[str, Any]]:
+        sql = _SNIPPET_SELECT + (" WHERE p.document_id=?" if document_id else "") + " ORDER BY p.rowid"
+        for r in self.conn.execute(sql, (document_id,) if document_id else ()):
+            yield _snippet_row(r)
+
+    def snippets_of_section(self, section_id: str) -> list[dict[str, Any]]:
+        return [_snippet_row(r) for r in self.conn.execute(_SNIPPET_SELECT + " WHERE p.section_id=? ORDER BY p.ord", (section_id,))]
+
+    def sections_of(self, document_id: str) -> list[dict[str, Any]]:
+        return [_row(r, json_cols=("path",)) for r in self.conn.execute(
+            "SELECT * FROM sections WHERE document_id=? ORDER BY ord", (document_id,))]
+
+    def get_section(self, section_id: str) -> dict[str, Any] | None:
+        r = self.conn.execute("SELECT * FROM sections WHERE id=?", (section_id,)).fetchone()
+        return _row(r, json_cols=("path",)) if r else None
+
+    def child_sections(self, section_id: str) -> list[dict[str, Any]]:
+        return [_row(r, json_cols=("path",)) for r in self.conn.execute(
+            "SELECT * FROM sections WHERE parent_id=? ORDER BY ord", (section_id,))]
+
+    def iter_sections(self) -> Iterator[dict[str, Any]]:
+        for r in self.conn.execute("SELECT * FROM sections ORDER BY rowid"):
+            yield _row(r, json_cols=("path",))
+
+    def relations(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM relations ORDER BY name")]
+
+    def links_of(self, entity_id: str) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute(
+            "SELECT * FROM links WHERE src_id=? OR dst_id=? ORDER BY score DESC", (entity_id, entity_id))]
+
+    # -- manifest
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST_NAME
+
+    def read_manifest(self) -> dict[str, Any]:
+        p = self.manifest_path()
+        if not p.exists():
+            return {}
+        return json.loads(p.read_text(encoding="utf-8"))
+
+    def write_manifest(self, op: str, detail: dict[str, Any] | None = None, **updates: Any) -> dict[str, Any]:
+        """Refresh counts, append one history entry and apply top-level ``updates`` (e.g. ``indexes``)."""
+        m = self.read_manifest()
+        m.setdefault("schema_version", SCHEMA_VERSION)
+        m.setdefault("created_at", _now())
+        m.setdefault("embedders", {})
+        m["updated_at"] = _now()
+        m["counts"] = self.counts()
+        m.update(updates)
+        hist = m.setdefault("history", [])
+        hist.append({"op": op, "at": m["updated_at"], **(detail or {})})
+        del hist[:-200]
+        atomic_write_json(self.manifest_path(), m)
+        return m
+
+
+_TRIPLE_SELECT = (
+    "SELECT t.*, h.name AS head, h.type AS head_type, x.name AS tail, x.type AS tail_type FROM triples t "
+    "JOIN entities h ON h.id = t.head_id JOIN entities x ON x.id = t.tail_id"
+)
+_SNIPPET_SELECT = (
+    "SELECT p.*, s.path AS path, s.title AS section_title, d.title AS document_title, d.source AS document_source FROM snippets p "
+    "JOIN sections s ON s.id = p.section_id JOIN documents d ON d.id = p.document_id"
+)
+
+
+def _row(r: sqlite3.Row, json_cols: tuple[str, ...] = ()) -> dict[str, Any]:
+    d = dict(r)
+    for col in json_cols:
+        if col in d and isinstance(d[col], str):
+            d[col] = json.loads(d[col])
+    return d
+
+
+def _snippet_row(r: sqlite3.Row) -> dict[str, Any]:
+    return _row(r, json_cols=("path",))
+
+
+def _chunks(seq: list[Any], n: int) -> Iterator[list[Any]]:
+    for i in range(0, len(seq), n):
+        yield seq[i : i + n]

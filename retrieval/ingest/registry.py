@@ -1,0 +1,114 @@
+"""The loader registry. A loader fills a DocumentBuilder from one file; the registry does the rest.
+
+Register a format::
+
+    @register("foodon-jsonl", kind="ontology", description="FoodOn-style JSONL terms")
+    def load_foodon_jsonl(b: DocumentBuilder, path: Path, options: dict) -> None: ...
+
+``ingest_file`` hashes the input (bytes + format + options) into the document id, so re-ingesting
+is a no-op; runs the loader; refuses an empty result; and commits in one transaction, so a bad
+record leaves the graph exactly as it was.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bencao.errors import BencaoError, InputError
+from bencao.io import file_hash
+from bencao.retrieval.graph.store import DocumentBuilder, Graph
+
+LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class LoaderSpec:
+    name: str
+    kind: str  # document kind: book | ontology | catalog | kb | case | qa | reasoning
+    description: str
+    fn: LoaderFn
+    options: tuple[str, ...] = ()  # option names the loader understands (others are refused)
+
+
+LOADERS: dict[str, LoaderSpec] = {}
+
+# Modules that register loaders; imported on first use so `bencao --help` stays fast.
+_LOADER_MODULES = (
+    "bencao.retrieval.ingest.ontology",
+    "bencao.retrieval.ingest.obo",
+    "bencao.retrieval.ingest.materia_medica",
+    "bencao.retrieval.ingest.books",
+    "bencao.retrieval.ingest.catalog",
+    "bencao.retrieval.ingest.kb_csv",
+)
+
+
+def register(name: str, *, kind: str, description: str, options: tuple[str, ...] = ()) -> Callable[[LoaderFn], LoaderFn]:
+    def deco(fn: LoaderFn) -> LoaderFn:
+        LOADERS[name] = LoaderSpec(name, kind, description, fn, options)
+        return fn
+
+    return deco
+
+
+def _load_modules() -> None:
+    for mod in _LOADER_MODULES:
+        try:
+            importlib.import_module(mod)
+        except ModuleNotFoundError as exc:
+            if exc.name != mod:
+                raise
+
+
+def get_loader(name: str) -> LoaderSpec:
+    _load_modules()
+    if name not in LOADERS:
+        raise BencaoError(f"unknown format {name!r}; known formats: {', '.join(sorted(LOADERS))}")
+    return LOADERS[name]
+
+
+def formats() -> list[str]:
+    _load_modules()
+    return sorted(LOADERS)
+
+
+def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any] | None = None,
+                   title: str | None = None, licence: str | None = None) -> DocumentBuilder:
+    """Parse ``path`` with the ``fmt`` loader into a builder (nothing is written yet)."""
+    spec = get_loader(fmt)
+    path = Path(path)
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise BencaoError(f"format {fmt!r} has no option(s) {', '.join(unknown)}; it accepts: {', '.join(spec.options) or 'none'}")
+    if not path.exists():
+        raise InputError(path, "file not found")
+    key = file_hash(path) + json.dumps(options, sort_keys=True, ensure_ascii=False)
+    b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
+                      meta={"path": str(path), "options": options})
+    if graph.has_document(b.document_id):
+        return b
+    spec.fn(b, path, options)
+    if not b.sections and not b.snippets and not b.entities:
+        raise InputError(path, "empty document: nothing to ingest")
+    return b
+
+
+def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any] | None = None,
+                title: str | None = None, licence: str | None = None) -> tuple[str, bool, dict[str, int]]:
+    """Ingest one file. Returns ``(document_id, added, counts)``; ``added`` is False when already present."""
+    b = build_document(graph, fmt, path, options, title, licence)
+    added = graph.commit(b) if not graph.has_document(b.document_id) else False
+    return b.document_id, added, b.counts
+
+
+def _title_of(path: Path) -> str:
+    name = path.name
+    for suf in (".gz", ".jsonl", ".json", ".txt", ".md", ".csv", ".obo", ".owl"):
+        if name.endswith(suf):
+            name = name[: -len(suf)]
+    return name

@@ -1,0 +1,1 @@
+"""Everything that changes weights: SFT (trl + peft), embedder (sentence-transformers), export/merge/hub."""
