@@ -1,0 +1,46 @@
+# `make demo` and `make test` each create .venv when missing, install torch 2.13.0 (CPU) first when
+# no torch is present, then install the project with what the target needs.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+GRAPH ?= graphs/sample
+export HF_HUB_OFFLINE ?= 1
+export TRANSFORMERS_OFFLINE ?= 1
+export HF_DATASETS_OFFLINE ?= 1
+export TOKENIZERS_PARALLELISM ?= false
+# Keep every later pip call from replacing the CPU torch with a CUDA build.
+CONSTRAINTS := $(VENV)/constraints.txt
+
+.PHONY: demo test test-all eval bench venv install-core install-dev clean-graph
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(CONSTRAINTS): $(BIN)/python
+	@if ! $(BIN)/python -c "import torch" 2>/dev/null; then $(BIN)/pip install -q "torch==2.13.0"; fi
+	$(BIN)/python -c "import torch; print(f'torch=={torch.__version__.split(\"+\")[0]}')" > $(CONSTRAINTS)
+
+venv: $(CONSTRAINTS)
+
+$(VENV)/.installed-core: $(CONSTRAINTS) pyproject.toml
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[serve]"
+	@touch $@
+
+$(VENV)/.installed-dev: $(CONSTRAINTS) pyproject.toml
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[dev]"
+	@touch $@ $(VENV)/.installed-core
+
+demo: $(VENV)/.installed-core
+	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
+	$(BIN)/bencao graph stats --graph $(GRAPH)
+
+test: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q
+
+# Everything, slow tests included.
+test-all: $(VENV)/.installed-dev
+	$(BIN)/python -m pytest -q -m "not gpu"
+
+clean-graph:
+	rm -rf $(GRAPH)
