@@ -123,11 +123,20 @@ def split_sentences(text: str) -> list[str]:
     return out
 
 
+_ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+")
+
+
 def count_tokens(text: str) -> int:
-    """Approximate model tokens: one per CJK character, ~0.75 per Western word-piece (chars/4)."""
-    cjk = len(_CJK_RE.findall(text))
-    rest = len(text) - cjk
-    return cjk + max(0, round(rest / 4))
+    """Approximate model tokens: one per non-ASCII character (CJK, full-width punctuation), one per
+    ~4 letters of an ASCII word, one per ASCII punctuation mark. Additive over sentence splits."""
+    n = 0
+    for ch in text:
+        if ord(ch) > 127 and not ch.isspace():
+            n += 1
+        elif not ch.isalnum() and not ch.isspace():
+            n += 1
+    n += sum((len(w) + 3) // 4 for w in _ASCII_WORD_RE.findall(text))
+    return n
 
 
 def chunk_text(text: str, max_tokens: int = 300) -> list[str]:

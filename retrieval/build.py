@@ -1,0 +1,134 @@
+"""Build a graph directory from a YAML recipe (``configs/graph/*.yaml``).
+
+A build writes into a temporary directory beside the target and swaps it in only when every source
+has been ingested, so a failed or interrupted build leaves the previous graph intact.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from bencao.config import field, load_config
+from bencao.errors import BencaoError, ConfigError
+from bencao.retrieval.graph.store import Graph
+
+
+@dataclass
+class SourceConfig:
+    format: str = field(help="Loader format name (see `bencao graph formats`).")
+    path: str = field(help="File path or glob, relative to the recipe's `root`.")
+    options: dict[str, Any] = field(default_factory=dict, help="Loader options (e.g. max_tokens, materia_medica, mapping).")
+    title: str | None = field(None, help="Document title; defaults to the file name (books use their own title).")
+    licence: str | None = field(None, help="Licence recorded on the document.")
+
+
+@dataclass
+class GraphBuildConfig:
+    sources: list[SourceConfig] = field(help="Inputs, ingested in this order (curated sources first so books resolve to their entities).")
+    name: str = field("graph", help="Name recorded in the manifest.")
+    root: str = field(".", help="Directory that relative source paths resolve against, relative to this YAML file.")
+    index: bool = field(True, help="Build the retrieval indexes after ingestion.")
+    index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`); the built-in defaults when empty.")
+
+
+@dataclass
+class ResolvedSource:
+    format: str
+    path: Path
+    options: dict[str, Any]
+    title: str | None
+    licence: str | None
+
+
+def load_build_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[GraphBuildConfig, Path]:
+    """Parse a build recipe; returns the config and the resolved root directory."""
+    cfg = load_config(GraphBuildConfig, path, overrides)
+    root = (Path(path).resolve().parent / cfg.root).resolve()
+    return cfg, root
+
+
+def resolve_sources(cfg: GraphBuildConfig, root: Path) -> list[ResolvedSource]:
+    out: list[ResolvedSource] = []
+    for i, src in enumerate(cfg.sources):
+        pattern = src.path if os.path.isabs(src.path) else str(root / src.path)
+        matches = sorted(glob.glob(pattern)) if any(c in src.path for c in "*?[") else [pattern]
+        if not matches:
+            raise ConfigError(f"sources[{i}]: no file matches {src.path!r} (under {root})")
+        options = dict(src.options)
+        if "mapping" in options and not os.path.isabs(str(options["mapping"])):
+            options["mapping"] = str(root / options["mapping"])
+        for m in matches:
+            if not Path(m).exists():
+                raise ConfigError(f"sources[{i}]: file not found: {m}")
+            out.append(ResolvedSource(src.format, Path(m), options, src.title, src.licence))
+    return out
+
+
+ProgressFn = Callable[[str, int, int], None]
+
+
+def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """Ingest every source into a fresh graph at ``graph_dir`` (atomically replacing an old one)."""
+    from bencao.retrieval.ingest.registry import get_loader, ingest_file
+
+    graph_dir = Path(graph_dir).resolve()
+    sources = resolve_sources(cfg, root)
+    for s in sources:
+        get_loader(s.format)  # unknown formats fail before any work
+    if graph_dir.exists() and any(graph_dir.iterdir()) and not (graph_dir / "graph.sqlite").exists():
+        raise BencaoError(f"{graph_dir}: exists and is not a bencao graph; refusing to replace it")
+    graph_dir.parent.mkdir(parents=True, exist_ok=True)
+    for stale in graph_dir.parent.glob(f".{graph_dir.name}.building-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = graph_dir.parent / f".{graph_dir.name}.building-{os.getpid()}"
+    t0 = time.perf_counter()
+    docs: list[dict[str, Any]] = []
+    try:
+        g = Graph.create(tmp)
+        try:
+            for i, s in enumerate(sources):
+                if progress:
+                    progress(s.path.name, i, len(sources))
+                t = time.perf_counter()
+                doc_id, added, counts = ingest_file(g, s.format, s.path, s.options, title=s.title, licence=s.licence)
+                docs.append({"document": doc_id, "source": s.path.name, "format": s.format, "added": added, **counts,
+                             "seconds": round(time.perf_counter() - t, 2)})
+            if progress:
+                progress("done", len(sources), len(sources))
+            g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name)
+            if cfg.index:
+                _build_indexes(g, cfg, root)
+            g.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            g.close()
+        _swap_in(tmp, graph_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    with Graph.open(graph_dir) as g:
+        stats = g.stats()
+    return {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": docs, "stats": stats}
+
+
+def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path) -> None:
+    """Build retrieval indexes when the retrieval index module is present."""
+    try:
+        from bencao.retrieval.index import update_indexes
+    except ImportError:
+        return
+    index_cfg = str(root / cfg.index_config) if cfg.index_config else None
+    update_indexes(g, index_cfg)
+
+
+def _swap_in(tmp: Path, target: Path) -> None:
+    old = target.parent / f".{target.name}.old-{os.getpid()}"
+    if target.exists():
+        os.replace(target, old)
+    os.replace(tmp, target)
+    shutil.rmtree(old, ignore_errors=True)
