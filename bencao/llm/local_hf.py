@@ -1,0 +1,94 @@
+"""Local generation with ``transformers``: the tokenizer's own chat template, batched, left-padded.
+
+``complete_many`` generates ``batch_size`` prompts at a time; ``complete`` is a batch of one.
+Generation holds a lock, so threads sharing one client take turns on the model.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from bencao.errors import BencaoError
+from bencao.llm.base import BaseClient, Completion, LLMConfig, LLMError, Message
+
+
+class LocalHFClient(BaseClient):
+    def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, batch_size: int = 8, **kw: Any):
+        kw.setdefault("max_concurrency", 1)
+        super().__init__(**kw)
+        self.hf_model = model
+        self.tokenizer = tokenizer
+        self.model = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "local"
+        self.batch_size = max(1, batch_size)
+        self._lock = threading.Lock()
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+
+    @classmethod
+    def from_pretrained(cls, path: str, *, device: str = "auto", dtype: str = "auto", **kw: Any) -> "LocalHFClient":
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+            torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        except OSError as exc:
+            raise BencaoError(f"{path}: cannot load a local model: {str(exc).splitlines()[0]}") from None
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        model.to(device).eval()
+        return cls(model, tok, name=path, **kw)
+
+    @classmethod
+    def from_config(cls, cfg: LLMConfig) -> "LocalHFClient":
+        return cls.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, max_retries=0,
+                                   default_params=cfg.params())
+
+    def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        return self._generate([messages], params)[0]
+
+    def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+        p = self._params(params)
+        out: list[Completion | LLMError] = []
+        for i in range(0, len(batch), self.batch_size):
+            chunk = batch[i : i + self.batch_size]
+            try:
+                out.extend(self._generate(chunk, p))
+            except LLMError as exc:
+                out.extend([exc] * len(chunk))
+        return out
+
+    def _generate(self, batch: list[list[Message]], params: dict[str, Any]) -> list[Completion]:
+        import torch
+
+        tok = self.tokenizer
+        try:
+            texts = [tok.apply_chat_template(m, tokenize=False, add_generation_prompt=True) for m in batch]
+        except Exception as exc:  # noqa: BLE001 - a template error is a rejected request
+            raise LLMError(f"{self.model}: chat template failed: {exc}", kind="rejected") from None
+        temperature = float(params.get("temperature", 0.0) or 0.0)
+        gen_kwargs: dict[str, Any] = {"max_new_tokens": int(params.get("max_tokens", 256)), "pad_token_id": tok.pad_token_id,
+                                      "eos_token_id": tok.eos_token_id}
+        if temperature > 0:
+            gen_kwargs.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p", 1.0)))
+        else:
+            gen_kwargs.update(do_sample=False)
+        with self._lock:
+            if params.get("seed") is not None:
+                torch.manual_seed(int(params["seed"]))
+            enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+            enc = {k: v.to(self.hf_model.device) for k, v in enc.items()}
+            with torch.no_grad():
+                gen = self.hf_model.generate(**enc, **gen_kwargs)
+        n_in = enc["input_ids"].shape[1]
+        results = []
+        for row, mask in zip(gen, enc["attention_mask"]):
+            new = row[n_in:]
+            n_new = int((new != tok.pad_token_id).sum()) if tok.pad_token_id is not None else len(new)
+            stopped = tok.eos_token_id is not None and bool((new == tok.eos_token_id).any())
+            results.append(Completion(text=tok.decode(new, skip_special_tokens=True).strip(), model=self.model,
+                                      prompt_tokens=int(mask.sum()), completion_tokens=n_new,
+                                      finish_reason="stop" if stopped else "length"))
+        return results

@@ -1,0 +1,64 @@
+"""Real request/response paths: a tiny local transformers model, served over loopback HTTP to the openai client."""
+
+from __future__ import annotations
+
+import pytest
+
+from bencao.llm import LLMConfig, LLMError, make_client
+from bencao.llm.local_hf import LocalHFClient
+from bencao.llm.local_server import create_app, free_port, serve_in_thread
+from bencao.llm.openai_http import OpenAIClient
+from tests.llm_fixtures import save_tiny_model, tiny_model, tiny_tokenizer
+
+MSGS = [{"role": "system", "content": "你是中医药专家。"}, {"role": "user", "content": "人参的功效？"}]
+
+
+@pytest.fixture(scope="module")
+def local_client():
+    tok = tiny_tokenizer()
+    return LocalHFClient(tiny_model(tok), tok, name="tiny-qwen2", batch_size=2)
+
+
+def test_local_generation_uses_the_chat_template_and_batches(local_client):
+    tok = local_client.tokenizer
+    prompt = tok.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True)
+    assert prompt.endswith("<|im_start|>assistant\n")
+    batch = [MSGS, [{"role": "user", "content": "Ginger?"}], [{"role": "user", "content": "枸杞子补肾益精，养肝明目。" * 3}]]
+    out = local_client.complete_many(batch, max_tokens=8, temperature=0.0)
+    assert len(out) == 3
+    for c, msgs in zip(out, batch):
+        assert 1 <= c.completion_tokens <= 8
+        assert c.prompt_tokens == len(tok.apply_chat_template(msgs, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"])
+    # greedy and left-padded: a prompt generates the same text alone as in a padded batch
+    alone = local_client.complete(batch[1], max_tokens=8, temperature=0.0)
+    assert alone.text == out[1].text
+
+
+def test_openai_client_against_a_loopback_server_backed_by_a_real_model(local_client, tmp_path):
+    with serve_in_thread(create_app(local_client)) as base_url:
+        cfg = LLMConfig(backend="openai", model="tiny-qwen2", base_url=base_url, max_tokens=6, temperature=0.0, max_concurrency=2)
+        client = make_client(cfg, default_cache=tmp_path / "cache.sqlite")
+        direct = local_client.complete(MSGS, max_tokens=6, temperature=0.0)
+        got = client.complete(MSGS)
+        assert got.text == direct.text and got.model == "tiny-qwen2"
+        assert got.prompt_tokens == direct.prompt_tokens and 1 <= got.completion_tokens <= 6
+        many = client.complete_many([MSGS, [{"role": "user", "content": "山药"}]])
+        assert many[0].cached and not many[1].cached and many[1].completion_tokens >= 1
+        # an unknown model is refused (HTTP 404): not retried, reported as rejected
+        wrong = OpenAIClient("no-such-model", base_url=base_url, max_retries=3, backoff_s=0.0)
+        with pytest.raises(LLMError) as exc:
+            wrong.complete(MSGS)
+        assert exc.value.kind == "rejected" and "404" in str(exc.value)
+
+
+def test_refused_connection_is_retried_then_reported():
+    client = OpenAIClient("m", base_url=f"http://127.0.0.1:{free_port()}/v1", max_retries=1, backoff_s=0.0, timeout_s=2)
+    out = client.complete_many([MSGS])
+    assert isinstance(out[0], LLMError) and out[0].kind == "connection" and "gave up after 2 attempts" in str(out[0])
+
+
+def test_local_hf_backend_loads_a_saved_model_by_path(tmp_path):
+    path = save_tiny_model(tmp_path / "tiny")
+    client = make_client(LLMConfig(backend="local-hf", model=path, max_tokens=4, temperature=0.0, cache="none"))
+    assert isinstance(client, LocalHFClient)
+    assert client.complete(MSGS).completion_tokens >= 1
