@@ -41,6 +41,7 @@ def _mount() -> None:
     from bencao.retrieval.cli import graph_app
 
     app.add_typer(graph_app, name="graph")
+    app.command("eval")(__import__("bencao.evaluation.cli", fromlist=["eval_command"]).eval_command)
 
 
 _mount()

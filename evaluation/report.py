@@ -1,0 +1,138 @@
+"""``report.md`` (one table per task, a by-source table) and ``metrics.png`` (main metric by
+benchmark and source, with bootstrap 95% intervals)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bencao.evaluation.metrics import MAIN_METRIC
+from bencao.io import atomic_path, atomic_write_text
+
+PLOT = "metrics.png"
+REPORT = "report.md"
+
+#: Column order of each task's table.
+COLUMNS = {
+    "mcq": ["accuracy", "abstain_rate", "evidence_contains_gold"],
+    "sd": ["top1", "top3", "top5", "accuracy", "abstain_rate", "evidence_contains_gold"],
+    "tf": ["accuracy", "abstain_rate", "evidence_contains_gold"],
+    "el": ["acc_at_1", "abstain_rate", "retry_rate", "acc_at_1_answered"],
+    "rec": ["hits_at_1", "precision", "recall", "f1", "f1_macro", "evidence_contains_gold"],
+    "qa": ["bleu", "chrf", "evidence_contains_gold"],
+}
+_TASK_TITLE = {"mcq": "Multiple choice (mcq)", "sd": "Syndrome differentiation (sd)", "tf": "True/false (tf)",
+               "el": "Entity linking (el)", "rec": "Recommendation (rec)", "qa": "Free text (qa)"}
+_PERCENT_FREE = {"bleu", "chrf"}
+
+
+def fmt(name: str, value: Any, ci: list[float] | None = None) -> str:
+    if value is None:
+        return "–"
+    if name in _PERCENT_FREE:
+        return f"{value:.1f}"
+    s = f"{100 * value:.1f}"
+    if ci:
+        s += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    return s
+
+
+def markdown_tables(metrics: dict[str, Any], with_ci: bool = True) -> str:
+    """One markdown table per task: rows are benchmarks, cells are % with 95% intervals."""
+    blocks: list[str] = []
+    for task in COLUMNS:
+        names = [n for n, m in metrics.items() if m["task"] == task]
+        if not names:
+            continue
+        cols = [c for c in COLUMNS[task] if any(c in metrics[n] for n in names)]
+        lines = [f"### {_TASK_TITLE[task]}", "", "| benchmark | n | " + " | ".join(cols) + " |",
+                 "|---|---:|" + "---:|" * len(cols)]
+        for n in names:
+            m = metrics[n]
+            ci = m.get("ci95", {}) if with_ci else {}
+            n_txt = str(m["n"]) + (f" (+{m['missing']} missing)" if m.get("missing") else "")
+            lines.append(f"| {n} | {n_txt} | " + " | ".join(fmt(c, m.get(c), ci.get(c)) for c in cols) + " |")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def source_table(metrics: dict[str, Any]) -> str:
+    rows = []
+    for name, m in metrics.items():
+        main = MAIN_METRIC[m["task"]]
+        for src, sm in (m.get("by_source") or {}).items():
+            rows.append(f"| {name} | {src} | {sm['n']} | {main} | {fmt(main, sm.get(main))} |")
+    if not rows:
+        return ""
+    return "\n".join(["| benchmark | source | n | metric | value |", "|---|---|---:|---|---:|", *rows])
+
+
+def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph: str | None = None,
+                 counts: dict[str, int] | None = None) -> Path:
+    """Write ``report.md`` and the plot into ``out``; returns the report path."""
+    out = Path(out)
+    head = [f"# Evaluation: system `{system}`", ""]
+    if graph:
+        head.append(f"Graph: `{graph}`.")
+    head.append("Values in % (BLEU/chrF: sacrebleu scores) with bootstrap 95% intervals in brackets; "
+                "metric definitions in the README (## Evaluation).")
+    if counts and counts.get("failed"):
+        head.append(f"\n**{counts['failed']} record(s) failed** (e.g. LLM timeouts) and are not scored; run the same command again to retry them.")
+    body = [markdown_tables(metrics)]
+    src = source_table(metrics)
+    if src:
+        body.append("## By source\n\n" + src)
+    if metrics:
+        plot_metrics(metrics, out / PLOT)
+        body.append(f"![main metric by benchmark and source]({PLOT})")
+    path = out / REPORT
+    atomic_write_text(path, "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n")
+    return path
+
+
+def plot_metrics(metrics: dict[str, Any], path: str | Path) -> Path:
+    """Horizontal bars: each benchmark's main metric (with its 95% interval), then its sources."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    labels: list[str] = []
+    values: list[float] = []
+    errs: list[tuple[float, float]] = []
+    colors: list[str] = []
+    for name, m in metrics.items():
+        main = MAIN_METRIC[m["task"]]
+        scale = 0.01 if main in _PERCENT_FREE else 1.0
+        v = m.get(main)
+        if v is None:
+            main = "evidence_contains_gold" if "evidence_contains_gold" in m else main
+            v, scale = m.get(main), 1.0
+        if v is None:
+            continue
+        lo, hi = (m.get("ci95", {}).get(main) or [v, v])
+        labels.append(f"{name} · {main}")
+        values.append(v * scale)
+        errs.append((max(0.0, (v - lo) * scale), max(0.0, (hi - v) * scale)))
+        colors.append("tab:blue")
+        for src, sm in (m.get("by_source") or {}).items():
+            if sm.get(main) is None:
+                continue
+            labels.append(f"    {src} (n={sm['n']})")
+            values.append(sm[main] * scale)
+            errs.append((0.0, 0.0))
+            colors.append("tab:gray")
+    fig, ax = plt.subplots(figsize=(8, 0.35 * max(3, len(labels)) + 1))
+    y = list(range(len(labels)))
+    ax.barh(y, values, xerr=list(zip(*errs)) if errs else None, color=colors, capsize=3)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("main metric (chrF/100 for free text); bars: 95% bootstrap interval")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,177 @@
+"""Run a system over benchmarks, resumably, then score and report.
+
+Each answered record is appended (flushed, fsynced) to ``<out>/predictions.jsonl`` under the key
+``<bench>/<id>``; a restarted run skips the keys already there, so an interrupted run resumes with no
+duplicate and no gap. ``<out>/run.json`` pins what the predictions belong to (system, graph,
+config, benchmark content hashes): resuming with different settings is refused instead of mixing
+two runs. Scores are always recomputed from the whole predictions file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from bencao.errors import BencaoError
+from bencao.evaluation.bench_format import Bench
+from bencao.evaluation.metrics import aggregate, evidence_contains_gold
+from bencao.evaluation.systems import EvalConfig, make_system
+from bencao.io import JsonlAppender, atomic_write_json, file_hash
+
+PREDICTIONS = "predictions.jsonl"
+METRICS = "metrics.json"
+RUN = "run.json"
+
+
+def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> dict[str, Any]:
+    cfg = dataclasses.asdict(config)
+    for k in ("n_resamples", "batch_size"):  # scoring/throughput knobs: changing them keeps predictions valid
+        cfg.pop(k, None)
+    return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg}
+
+
+def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restart: bool) -> dict[str, Any]:
+    run_path = out / RUN
+    hashes = {b.name: file_hash(b.path) for b in benches}
+    if restart:
+        for name in (PREDICTIONS, RUN, METRICS):
+            (out / name).unlink(missing_ok=True)
+    if run_path.exists():
+        old = json.loads(run_path.read_text(encoding="utf-8"))
+        for key in ("system", "graph", "config"):
+            if old.get(key) != identity[key]:
+                raise BencaoError(f"{out}: holds predictions of another run ({key} was {json.dumps(old.get(key), ensure_ascii=False)}); "
+                                  "use another --out, or --restart to discard them")
+        for name, h in hashes.items():
+            if name in old.get("benches", {}) and old["benches"][name] != h:
+                raise BencaoError(f"{out}: benchmark {name!r} changed since its predictions were written; "
+                                  "use another --out, or --restart to discard them")
+        merged = dict(old.get("benches", {}), **hashes)
+    else:
+        merged = hashes
+    run = dict(identity, benches=merged)
+    atomic_write_json(run_path, run)
+    return run
+
+
+def run_predictions(
+    benches: list[Bench],
+    system_name: str,
+    graph_dir: str | Path | None,
+    out: str | Path,
+    config: EvalConfig,
+    *,
+    limit: int | None = None,
+    restart: bool = False,
+    progress: bool = True,
+    system: Any = None,
+) -> dict[str, int]:
+    """Append predictions for every record not yet predicted. Returns counts (done, new, failed)."""
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    graph_path = Path(graph_dir) if graph_dir else None
+    _check_run(out, _run_identity(system_name, graph_path, config), benches, restart)
+    tasks = {b.task for b in benches}
+    if system is None:
+        system = make_system(system_name, graph_path, config, tasks)
+    counts = {"done": 0, "new": 0, "failed": 0}
+    with JsonlAppender(out / PREDICTIONS, id_key="key") as app:
+        todo: list[tuple[Bench, dict[str, Any]]] = []
+        for b in benches:
+            recs = b.records[:limit] if limit else b.records
+            for r in recs:
+                if f"{b.name}/{r['id']}" in app.done_ids:
+                    counts["done"] += 1
+                else:
+                    todo.append((b, r))
+        bar = tqdm(total=len(todo), desc=f"eval {system_name}", unit="rec", disable=not progress)
+        step = max(1, config.batch_size)
+        try:
+            for i in range(0, len(todo), step):
+                chunk = todo[i:i + step]
+                t0 = time.perf_counter()
+                outputs = system.predict_batch([r for _, r in chunk])
+                elapsed = (time.perf_counter() - t0) / len(chunk)
+                for (b, r), o in zip(chunk, outputs):
+                    if isinstance(o, Exception):  # a failed request (e.g. an LLM timeout): retried on resume
+                        counts["failed"] += 1
+                        continue
+                    ev_hit = None if o.evidence_text is None else evidence_contains_gold(r, o.evidence_text)
+                    if r["task"] == "el":
+                        ev_hit = None
+                    app.write({
+                        "key": f"{b.name}/{r['id']}", "bench": b.name, "id": r["id"], "task": r["task"],
+                        "source": r.get("source"), "system": system_name, "prediction": o.prediction,
+                        "evidence": o.evidence_ids, "evidence_contains_gold": ev_hit,
+                        "elapsed_s": round(elapsed, 4), **({"extra": o.extra} if o.extra else {}),
+                    })
+                    counts["new"] += 1
+                bar.update(len(chunk))
+        finally:
+            bar.close()
+    return counts
+
+
+def read_predictions(out: str | Path) -> dict[str, dict[str, Any]]:
+    path = Path(out) / PREDICTIONS
+    preds: dict[str, dict[str, Any]] = {}
+    if path.exists():
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    obj = json.loads(line)
+                    preds[obj["key"]] = obj
+    return preds
+
+
+def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str, Any]:
+    """Metrics for each benchmark from ``predictions.jsonl`` (records without a prediction are
+    counted in ``missing`` and left out)."""
+    preds = read_predictions(out)
+    metrics: dict[str, Any] = {}
+    for b in benches:
+        recs, ps, ev = [], [], []
+        for r in b.records:
+            p = preds.get(f"{b.name}/{r['id']}")
+            if p is None:
+                continue
+            recs.append(r)
+            ps.append(p["prediction"])
+            ev.append(p.get("evidence_contains_gold"))
+        if not recs:
+            continue
+        answers = any(p is not None for p in ps)
+        m = aggregate(recs, ps, ev, answers=answers, n_resamples=config.n_resamples, seed=config.seed)
+        missing = len(b.records) - len(recs)
+        if missing:
+            m["missing"] = missing
+        metrics[b.name] = m
+    return metrics
+
+
+def evaluate(
+    benches: list[Bench],
+    system_name: str,
+    graph_dir: str | Path | None,
+    out: str | Path,
+    config: EvalConfig,
+    *,
+    limit: int | None = None,
+    restart: bool = False,
+    progress: bool = True,
+    system: Any = None,
+) -> dict[str, Any]:
+    """Predict (resuming), score, and write metrics.json, report.md and the plot. Returns the metrics."""
+    from bencao.evaluation.report import write_report
+
+    counts = run_predictions(benches, system_name, graph_dir, out, config, limit=limit, restart=restart,
+                             progress=progress, system=system)
+    metrics = score(benches, out, config)
+    atomic_write_json(Path(out) / METRICS, metrics)
+    write_report(metrics, out, system=system_name, graph=str(graph_dir) if graph_dir else None, counts=counts)
+    return metrics
