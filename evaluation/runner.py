@@ -78,7 +78,7 @@ def run_predictions(
     _check_run(out, _run_identity(system_name, graph_path, config), benches, restart)
     tasks = {b.task for b in benches}
     if system is None:
-        system = make_system(system_name, graph_path, config, tasks)
+        system = make_system(system_name, graph_path, config, tasks, out)
     counts = {"done": 0, "new": 0, "failed": 0}
     with JsonlAppender(out / PREDICTIONS, id_key="key") as app:
         todo: list[tuple[Bench, dict[str, Any]]] = []

@@ -12,7 +12,8 @@ evidence text (for ``evidence_contains_gold``). Systems:
 - ``random``: a seeded chance baseline (no graph), the floor every other system must clear.
 
 Add one with ``@register_system("name", tasks=(...), description=...)`` on a class taking
-``(graph_dir, config)`` and providing ``predict_batch(records) -> list[Output]``.
+``(graph_dir, config, out_dir)`` and providing ``predict_batch(records) -> list[Output | Exception]``
+(an exception in a slot is a failed record: not written, retried when the run resumes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Callable
 
 from bencao.config import field
 from bencao.errors import BencaoError
+from bencao.llm.base import LLMConfig
 
 
 @dataclass
@@ -48,7 +50,7 @@ class EvalConfig:
     batch_size: int = field(8, help="Records handed to a system at once (the llm system sends them as one batch).")
     seed: int = field(0, help="Seed of the random baseline and of the bootstrap resampling.")
     n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
-    llm: dict[str, Any] = field(default_factory=dict, help="llm system: the LLM client block (backend, model, base_url, ...), as in bencao.llm's LLMConfig.")
+    llm: LLMConfig = field(default_factory=LLMConfig, help="llm system: the LLM client (backend, model, base_url, temperature, cache, ...); cache defaults to <out>/llm_cache.sqlite.")
 
 
 @dataclass
@@ -79,14 +81,15 @@ def get_system(name: str) -> SystemSpec:
     return SYSTEMS[name]
 
 
-def make_system(name: str, graph_dir: str | Path | None, config: EvalConfig, tasks: set[str] | None = None) -> Any:
-    """Build a system, after checking it can run every task asked of it."""
+def make_system(name: str, graph_dir: str | Path | None, config: EvalConfig, tasks: set[str] | None = None,
+                out_dir: str | Path | None = None) -> Any:
+    """Build a system, after checking it can run every task asked of it. ``out_dir`` holds its caches."""
     spec = get_system(name)
     if tasks:
         bad = sorted(t for t in tasks if t not in spec.tasks)
         if bad:
             raise BencaoError(f"system {name!r} cannot run task(s) {', '.join(bad)}; it runs: {', '.join(spec.tasks)}")
-    return spec.factory(graph_dir, config)
+    return spec.factory(graph_dir, config, Path(out_dir) if out_dir else None)
 
 
 # ----------------------------------------------------------------------------- evidence helpers
@@ -150,7 +153,7 @@ def _require_graph(graph_dir: str | Path | None, system: str) -> Path:
 class RandomSystem:
     """Uniform random answers, seeded per record id so a resumed run answers the same."""
 
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig):
+    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
         self.seed = config.seed
 
     def predict_one(self, rec: dict[str, Any]) -> Output:
@@ -175,7 +178,7 @@ class _GraphSystem:
 
     name = "graph"
 
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig):
+    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
         self.graph_dir = _require_graph(graph_dir, self.name)
         self.config = config
         self._retriever: Any = None
@@ -223,8 +226,8 @@ class _GraphSystem:
 class GraphAnswererSystem(_GraphSystem):
     name = "llm-free"
 
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig):
-        super().__init__(graph_dir, config)
+    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
+        super().__init__(graph_dir, config, out_dir)
         self._answerer: Any = None
 
     @property
@@ -273,3 +276,53 @@ class RetrievalSystem(_GraphSystem):
 
     def predict_batch(self, records: list[dict[str, Any]]) -> list[Output]:
         return [self.predict_one(r) for r in records]
+
+
+@register_system("llm", tasks=("mcq", "sd", "tf", "rec", "qa"),
+                 description="A generator LLM (endpoint or local model) prompted with the question, options and retrieved evidence; closed book with no_retrieval.")
+class LLMSystem(_GraphSystem):
+    """Prompts from :mod:`bencao.evaluation.llm_prompts`; replies parsed back into predictions.
+
+    Requests of a batch go out together (``complete_many``); a failed request leaves its record
+    unanswered, to be retried on resume. Replies are cached (``llm.cache``, default
+    ``<out>/llm_cache.sqlite``), so a rerun replays them without asking the model again.
+    """
+
+    name = "llm"
+
+    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
+        from bencao.llm import make_client
+
+        self.config = config
+        self.closed_book = config.no_retrieval
+        self._retriever = None
+        self._linker = None
+        if not self.closed_book:
+            self.graph_dir = _require_graph(graph_dir, "llm (with retrieval; --no-retrieval for closed book)")
+        self.client = make_client(config.llm, default_cache=(out_dir / "llm_cache.sqlite") if out_dir else None)
+
+    def predict_batch(self, records: list[dict[str, Any]]) -> list[Any]:
+        from bencao.evaluation.bench_format import query_text
+        from bencao.evaluation.llm_prompts import build_messages, parse_reply
+
+        evidences: list[Any] = []
+        batch = []
+        for rec in records:
+            ev = None
+            if not self.closed_book:
+                options = list(rec["options"].values()) if rec["task"] in ("mcq", "sd") else (
+                    list(rec["candidates"]) if rec["task"] == "rec" else None)
+                ev = self.retriever.retrieve(query_text(rec), options=options)
+            evidences.append(ev)
+            text = evidence_text(ev)[: self.config.evidence_max_chars] if ev is not None else None
+            batch.append(build_messages(rec, text or None))
+        replies = self.client.complete_many(batch, **self.config.llm.params())
+        outs: list[Any] = []
+        for rec, ev, reply in zip(records, evidences, replies):
+            if isinstance(reply, Exception):
+                outs.append(reply)
+                continue
+            outs.append(Output(parse_reply(rec, reply.text), evidence_ids(ev) if ev is not None else {},
+                               evidence_text(ev) if ev is not None else None,
+                               {"reply": reply.text, "model": reply.model, "cached": reply.cached}))
+        return outs

@@ -32,7 +32,7 @@ class Interrupted(RandomSystem):
     """The random baseline, interrupted (Ctrl-C) when it reaches record ``stop_at``."""
 
     def __init__(self, stop_at: int):
-        super().__init__(None, EvalConfig())
+        super().__init__(None, EvalConfig(), None)
         self.seen = 0
         self.stop_at = stop_at
 
