@@ -154,3 +154,9 @@ def formats_cmd() -> None:
         spec = LOADERS[name]
         opts = f" [options: {', '.join(spec.options)}]" if spec.options else ""
         typer.echo(f"{name:16s} {spec.kind:9s} {spec.description}{opts}")
+
+
+from bencao.retrieval.graph import cli_confidence as _cli_confidence  # noqa: E402
+
+graph_app.command("confidence")(_cli_confidence.confidence)
+graph_app.command("complete")(_cli_confidence.complete)
