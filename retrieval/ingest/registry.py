@@ -23,6 +23,9 @@ from bencao.io import file_hash
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 
 LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
+#: Extra bytes a loader wants hashed into the document id (e.g. the content of a mapping file an
+#: option names), so editing that file re-ingests the data.
+KeyFn = Callable[[Path, dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class LoaderSpec:
     description: str
     fn: LoaderFn
     options: tuple[str, ...] = ()  # option names the loader understands (others are refused)
+    extra_key: KeyFn | None = None  # content of files named by options, hashed into the document id
 
 
 LOADERS: dict[str, LoaderSpec] = {}
@@ -44,12 +48,14 @@ _LOADER_MODULES = (
     "bencao.retrieval.ingest.books",
     "bencao.retrieval.ingest.catalog",
     "bencao.retrieval.ingest.kb_csv",
+    "bencao.retrieval.ingest.recipes",
 )
 
 
-def register(name: str, *, kind: str, description: str, options: tuple[str, ...] = ()) -> Callable[[LoaderFn], LoaderFn]:
+def register(name: str, *, kind: str, description: str, options: tuple[str, ...] = (),
+             extra_key: KeyFn | None = None) -> Callable[[LoaderFn], LoaderFn]:
     def deco(fn: LoaderFn) -> LoaderFn:
-        LOADERS[name] = LoaderSpec(name, kind, description, fn, options)
+        LOADERS[name] = LoaderSpec(name, kind, description, fn, options, extra_key)
         return fn
 
     return deco
@@ -88,6 +94,8 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     if not path.exists():
         raise InputError(path, "file not found")
     key = file_hash(path) + json.dumps(options, sort_keys=True, ensure_ascii=False)
+    if spec.extra_key is not None:
+        key += spec.extra_key(path, options)
     b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
                       meta={"path": str(path), "options": options})
     if graph.has_document(b.document_id):

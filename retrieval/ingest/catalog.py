@@ -1,0 +1,103 @@
+"""Official catalogues as CSV: the medicine-food homology (药食同源) list and lists like it.
+
+Each row becomes one ``substance`` entity named by its base name (枣), with the full listed name
+(枣（大枣、酸枣、黑枣）) and each variant (大枣, 酸枣, 黑枣) as aliases and the catalogue id (MFH001) as an
+``xref`` alias, and one ``listed_in`` triple to the catalogue entity (type ``catalog``), confidence
+1.0, layer ``imported``. Entities get name-keyed ids from the store (not the catalogue id), so a
+substance named the same in a book merges with the catalogue entry.
+
+A one-character variant is a qualifier of the base name, not a name: 杏仁（甜、苦） gives the
+aliases 甜杏仁 and 苦杏仁 (never 甜 or 苦, which are flavours).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bencao.config import field, from_dict
+from bencao.errors import ConfigError, InputError
+from bencao.retrieval.graph.store import DocumentBuilder
+from bencao.retrieval.ingest.csv_table import CsvTable
+from bencao.retrieval.ingest.registry import register
+
+
+@dataclass
+class CatalogColumns:
+    """Which CSV column holds what. Empty string = the file has no such column."""
+
+    id: str = field("mfh_id", help="catalogue id of the row (kept as an xref alias and an attribute)")
+    name: str = field("name_zh", help="full listed name, e.g. 枣（大枣、酸枣、黑枣） (alias)")
+    base_name: str = field("base_name_zh", help="base name the entity is named by, e.g. 枣")
+    variants: str = field("variants_zh", help="variant names separated by `variant_separator` (aliases)")
+    batch: str = field("batch", help="announcement batch (attribute)")
+    order: str = field("order_in_batch", help="position in the batch (attribute)")
+    announcement: str = field("announcement", help="announcement that listed the item (attribute)")
+    date: str = field("date", help="announcement date (attribute)")
+    source_url: str = field("source_url", help="URL of the announcement (attribute)")
+    note: str = field("note", help="restrictions of use, e.g. 限作为香辛料和调味品使用 (attribute)")
+
+
+@dataclass
+class CatalogOptions:
+    columns: CatalogColumns = field(default_factory=CatalogColumns, help="column names (defaults: the MFH catalogue CSV)")
+    catalog: str = field("药食同源目录", help="name of the catalogue entity every row is listed in")
+    catalog_description: str = field("按照传统既是食品又是中药材的物质目录（国家卫生健康委员会）",
+                                     help="description of the catalogue entity")
+    entity_type: str = field("substance", help="entity type of the listed items")
+    variant_separator: str = field("、", help="separator of the variants column")
+
+
+#: Columns kept as entity attributes, under their column names (mfh_id, batch, ...).
+_ATTRIBUTE_ROLES = ("id", "batch", "order", "announcement", "date", "source_url", "note")
+
+
+def parse_options(path: Path, options: dict[str, Any]) -> CatalogOptions:
+    try:
+        return from_dict(CatalogOptions, options, where=f"{path.name} options")
+    except ConfigError as exc:
+        raise InputError(path, str(exc)) from None
+
+
+def variant_aliases(base: str, variants: str, separator: str) -> list[str]:
+    """Variant names as aliases; one-character variants qualify the base name (甜 → 甜杏仁)."""
+    out: list[str] = []
+    for v in variants.split(separator) if separator else [variants]:
+        v = v.strip()
+        if not v:
+            continue
+        out.append(v + base if len(v) == 1 and base not in v else v)
+    return out
+
+
+@register("catalog-csv", kind="catalog", options=("columns", "catalog", "catalog_description", "entity_type", "variant_separator"),
+          description="official catalogue CSV (药食同源 list): one substance per row, aliases, listed_in the catalogue")
+def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
+    opts = parse_options(path, options)
+    cols = opts.columns
+    table = CsvTable(path)
+    table.require({"base_name": cols.base_name})
+    table.require({role: getattr(cols, role) for role in ("id", "name", "variants", *_ATTRIBUTE_ROLES)})
+    b.relation("listed_in", "the item is listed in the catalogue", opts.entity_type, "catalog")
+    catalog = b.entity(opts.catalog, "catalog", layer="terminology", description=opts.catalog_description or None)
+    n = 0
+    for row in table.rows():
+        get = lambda role: row.values.get(getattr(cols, role), "").strip() if getattr(cols, role) else ""  # noqa: E731
+        base = get("base_name")
+        if not base:
+            raise InputError(path, f"empty base name (column {cols.base_name!r})", record=row.where)
+        aliases: list[tuple[str, str]] = []
+        if get("name") and get("name") != base:
+            aliases.append((get("name"), "synonym"))
+        aliases += [(v, "variant") for v in variant_aliases(base, get("variants"), opts.variant_separator)]
+        if get("id"):
+            aliases.append((get("id"), "xref"))
+        attrs = {getattr(cols, role): get(role) for role in _ATTRIBUTE_ROLES if get(role)}
+        item = b.entity(base, opts.entity_type, layer="terminology", attributes=attrs, aliases=aliases)
+        b.triple(item, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv",
+                 attributes={getattr(cols, r): get(r) for r in ("id", "batch", "date") if get(r)})
+        n += 1
+    if n == 0:
+        raise InputError(path, "empty catalogue: no data rows")
+    b.meta["rows"] = n

@@ -1,0 +1,91 @@
+"""CSV rows with row-precise errors, shared by the catalogue and knowledge-base loaders.
+
+The file is read with encoding detection (UTF-8 or GB18030, see ``bencao.io.read_text``) and parsed
+by the standard ``csv`` module with a field-size limit large enough for quoted multi-line cells
+(iDISK's long text columns). Every data row must have exactly as many fields as the header; a
+row that does not is refused with its row number and physical line, never silently padded.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from bencao.errors import InputError
+from bencao.io import read_text
+
+
+def _raise_field_limit() -> None:
+    limit = sys.maxsize
+    while True:
+        try:
+            csv.field_size_limit(limit)
+            return
+        except OverflowError:  # C long is 32 bits on some platforms
+            limit //= 2
+
+
+_raise_field_limit()
+
+
+@dataclass(frozen=True)
+class Row:
+    """One data row: ``number`` counts data rows from 1 (the header is row 0); ``line`` is where it starts."""
+
+    number: int
+    line: int
+    values: dict[str, str]
+
+    @property
+    def where(self) -> str:
+        return f"row {self.number} (line {self.line})"
+
+
+class CsvTable:
+    """A parsed CSV file: ``header`` plus an iterator of :class:`Row` with exact field counts."""
+
+    def __init__(self, path: str | Path, delimiter: str = ","):
+        self.path = Path(path)
+        self.delimiter = delimiter
+        self._text = read_text(self.path)
+        reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=delimiter)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise InputError(self.path, "empty CSV: no header row") from None
+        except csv.Error as exc:
+            raise InputError(self.path, f"malformed CSV header: {exc}", record="line 1") from None
+        self.header = [h.strip().lstrip("\ufeff") for h in header]
+        dupes = sorted({h for h in self.header if self.header.count(h) > 1})
+        if dupes:
+            raise InputError(self.path, f"duplicate column name(s) in the header: {', '.join(dupes)}", record="line 1")
+
+    def require(self, columns: dict[str, str]) -> None:
+        """Refuse a file lacking a column; ``columns`` maps the role (for the message) to the column name."""
+        for role, col in columns.items():
+            if col and col not in self.header:
+                raise InputError(self.path, f"missing column {col!r} ({role}); the header has: {', '.join(self.header)}", record="line 1")
+
+    def rows(self) -> Iterator[Row]:
+        reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=self.delimiter, strict=True)
+        n = len(self.header)
+        number = 0
+        start_line = 1
+        try:
+            next(reader)
+            for fields in reader:
+                line = start_line + 1
+                start_line = reader.line_num
+                if not fields or (len(fields) == 1 and not fields[0].strip()):
+                    continue  # blank line
+                number += 1
+                if len(fields) != n:
+                    raise InputError(self.path, f"expected {n} fields as in the header, got {len(fields)}",
+                                     record=f"row {number} (line {line})")
+                yield Row(number, line, dict(zip(self.header, fields)))
+        except csv.Error as exc:
+            raise InputError(self.path, f"malformed CSV: {exc}", record=f"row {number + 1} (line {reader.line_num})") from None

@@ -1,0 +1,95 @@
+"""Ontologies in OBO and OWL (RDF/XML), read with pronto.
+
+Each non-obsolete term becomes an entity whose id is the term's CURIE (``FOODON:00003582``) and
+whose type follows the CURIE prefix (``type_of_curie``); its label is the name, its synonyms
+become ``synonym`` aliases, its cross-references ``xref`` aliases, its definition the description,
+and each direct superclass an ``is_a`` triple (confidence 1.0, layer ``imported``). Obsolete
+(deprecated) terms are skipped, and so are ``is_a`` edges to them. OWL class restrictions
+(``subClassOf some ...``) are not superclasses and give no triple.
+
+pronto needs every referenced term declared in the file (an OBO/OWL slice exported with
+``robot extract`` declares the parents); a reference to an undeclared term is refused with its id.
+Imports (``owl:imports``/``import:``) are never fetched: the loader works offline.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from pathlib import Path
+from typing import Any
+
+from bencao.errors import InputError
+from bencao.io import read_bytes
+from bencao.retrieval.graph.store import DocumentBuilder
+from bencao.retrieval.ingest.ontology import add_is_a, type_of_curie
+from bencao.retrieval.ingest.registry import register
+
+
+def read_ontology(path: Path, fmt: str) -> Any:
+    """Parse ``path`` with pronto; every failure becomes an :class:`InputError` naming the file (and line)."""
+    import pronto
+
+    data = read_bytes(path)  # .gz is decompressed here, so pronto sees plain bytes
+    if not data.strip():
+        raise InputError(path, "empty file")
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(path, "not UTF-8 (OBO and OWL files are UTF-8)", record=f"line {line}") from None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # pronto warns about every annotation property it does not model
+        try:
+            return pronto.Ontology(io.BytesIO(data), import_depth=0, encoding="utf-8")
+        except SyntaxError as exc:  # fastobo (OBO) and xml.etree (OWL) both raise SyntaxError subclasses
+            msg = str(exc.msg or exc).split(": line ")[0]
+            position = getattr(exc, "position", None)  # xml.etree.ElementTree.ParseError: (line, column)
+            line = exc.lineno or (position[0] if position else None)
+            raise InputError(path, f"malformed {fmt.upper()}: {msg}", record=f"line {line}" if line else None) from None
+        except KeyError as exc:
+            raise InputError(path, f"term {exc.args[0]} is referenced (e.g. as a superclass) but not declared in the file") from None
+        except ValueError:
+            raise InputError(path, f"not an {fmt.upper()} file: pronto recognises neither OBO nor OWL RDF/XML in it") from None
+
+
+def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
+    ont = read_ontology(path, fmt)
+    b.relation("is_a", "subclass of (ontology hierarchy)")
+    terms = [t for t in ont.terms() if not t.obsolete]
+    kept = {t.id for t in terms}
+    unnamed = 0
+    for t in terms:
+        name = (t.name or "").strip()
+        if not name:
+            unnamed += 1
+            name = t.id
+        aliases = [(s.description, "synonym") for s in sorted(t.synonyms, key=lambda s: s.description) if s.description]
+        aliases += [(x.id, "xref") for x in sorted(t.xrefs, key=lambda x: x.id)]
+        aliases.append((t.id, "xref"))
+        attrs: dict[str, Any] = {"ontology": t.id.split(":", 1)[0]} if ":" in t.id else {}
+        definition = str(t.definition).strip() if t.definition else None
+        b.entity(name, type_of_curie(t.id), id=t.id, layer="terminology", description=definition or None,
+                 aliases=aliases, attributes=attrs or None)
+    n_edges = skipped = 0
+    for t in terms:
+        for parent in sorted(p.id for p in t.superclasses(distance=1, with_self=False)):
+            if parent in kept and parent != t.id:
+                add_is_a(b, t.id, parent)
+                n_edges += 1
+            else:
+                skipped += 1
+    if not terms:
+        raise InputError(path, "no (non-obsolete) terms in the ontology")
+    b.meta.update({"terms": len(terms), "obsolete_skipped": len(ont.terms()) - len(terms), "is_a": n_edges,
+                   "parents_obsolete_skipped": skipped, "terms_without_label": unnamed})
+
+
+@register("obo", kind="ontology", description="OBO 1.4 ontology (pronto): terms, synonyms, xrefs, definitions, is_a")
+def load_obo(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
+    _load(b, path, "obo")
+
+
+@register("owl", kind="ontology", description="OWL ontology in RDF/XML (pronto): classes, synonyms, xrefs, definitions, subClassOf")
+def load_owl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
+    _load(b, path, "owl")
