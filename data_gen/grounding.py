@@ -1,0 +1,101 @@
+"""Evidence that grounds the LLM teacher's reasoning (TCM-DiffRAG §2.2.2), behind one small function.
+
+``make_grounder(name, graph, ...)`` returns ``ground(question, query_triples) -> Evidence``:
+- CoT triples → their heads/tails linked by alias → the graph triples around them, ranked by token
+  overlap with the query triple and confidence → those triples' snippets (M1/M2);
+- the question → its nearest snippets (BM25 over jieba tokens).
+Registered by name so the retrieval package's ``Retriever`` can take over as another entry.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from bencao.data_gen.linking import AliasLinker
+from bencao.errors import ConfigError
+from bencao.retrieval.graph.store import Graph
+from bencao.text import tokenize
+
+
+@dataclass
+class Evidence:
+    triples: list[dict[str, Any]] = field(default_factory=list)  # graph triple rows (head, relation, tail, id, confidence)
+    snippets: list[dict[str, Any]] = field(default_factory=list)  # {"id", "text", "source"}
+
+
+#: Layers never used as evidence (the teacher's own earlier output).
+EXCLUDED_LAYERS = ("personal",)
+
+Grounder = Callable[[str, list[dict[str, Any]]], Evidence]
+GROUNDERS: dict[str, Callable[..., Grounder]] = {}
+
+
+def register_grounder(name: str):
+    def deco(fn: Callable[..., Grounder]) -> Callable[..., Grounder]:
+        GROUNDERS[name] = fn
+        return fn
+
+    return deco
+
+
+def make_grounder(name: str, graph: Graph, **kw: Any) -> Grounder:
+    if name not in GROUNDERS:
+        raise ConfigError(f"grounding: unknown strategy {name!r}; known: {', '.join(sorted(GROUNDERS))}")
+    return GROUNDERS[name](graph, **kw)
+
+
+def _source(s: dict[str, Any]) -> str:
+    path = s.get("path") or []
+    return " / ".join(path) if path else (s.get("document_title") or "")
+
+
+@register_grounder("graph")
+def graph_grounder(graph: Graph, *, linker: AliasLinker | None = None, k_triples: int = 8, k_snippets: int = 3,
+                   max_snippet_chars: int = 400, lock: threading.Lock | None = None) -> Grounder:
+    import bm25s
+
+    lock = lock or threading.Lock()
+    linker = linker or AliasLinker(graph)
+    # Ground in the book/ontology graph only: earlier teacher output (layer personal, reasoning
+    # documents) never feeds back into new reasoning, and a replayed run sees the same evidence.
+    reasoning_docs = {d["id"] for d in graph.documents() if d["kind"] == "reasoning"}
+    snips = [s for s in graph.iter_snippets() if s["document_id"] not in reasoning_docs]
+    bm25 = None
+    if snips:
+        bm25 = bm25s.BM25()
+        bm25.index([tokenize(s["text"]) or ["∅"] for s in snips], show_progress=False)
+
+    def ground(question: str, query_triples: list[dict[str, Any]]) -> Evidence:
+        ev = Evidence()
+        with lock:
+            scored: dict[str, tuple[float, dict[str, Any]]] = {}
+            for qt in query_triples:
+                qtoks = set(tokenize(f"{qt.get('head', '')} {qt.get('relation', '')} {qt.get('tail', '')}"))
+                ents = [m.entity_id for side in ("head", "tail") for m in linker.link(str(qt.get(side, "")))]
+                for eid in dict.fromkeys(ents):
+                    for t in [t for t in graph.triples_of(eid) if t["layer"] not in EXCLUDED_LAYERS][:200]:
+                        toks = set(tokenize(f"{t['head']} {t['relation']} {t['tail']}"))
+                        score = len(qtoks & toks) / max(1, len(qtoks | toks)) + 0.1 * float(t["confidence"])
+                        if t["id"] not in scored or score > scored[t["id"]][0]:
+                            scored[t["id"]] = (score, t)
+            ev.triples = [t for _, t in sorted(scored.values(), key=lambda st: -st[0])[:k_triples]]
+            seen: set[str] = set()
+            for t in ev.triples:
+                for s in graph.snippets_of_triple(t["id"])[:1]:
+                    if s["id"] not in seen:
+                        seen.add(s["id"])
+                        ev.snippets.append({"id": s["id"], "text": s["text"][:max_snippet_chars], "source": _source(s)})
+        if bm25 is not None and k_snippets > 0:
+            q = tokenize(question)
+            if q:
+                res, sc = bm25.retrieve([q], k=min(k_snippets, len(snips)), show_progress=False)
+                for i, score in zip(res[0], sc[0]):
+                    s = snips[int(i)]
+                    if score > 0 and s["id"] not in seen:
+                        seen.add(s["id"])
+                        ev.snippets.append({"id": s["id"], "text": s["text"][:max_snippet_chars], "source": _source(s)})
+        return ev
+
+    return ground
