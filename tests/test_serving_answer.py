@@ -1,0 +1,122 @@
+"""Answer generation: the prompt from Evidence, reply parsing, the empty-evidence fallback, the CoT model."""
+
+from __future__ import annotations
+
+import pytest
+
+from bencao.retrieval.evidence import Evidence
+from bencao.serving.answer import AnswerConfig, build_messages, not_in_kb, parse_reply, references, sources_block
+from bencao.serving.cot import parse_triples
+
+
+def _evidence() -> Evidence:
+    return Evidence(
+        question="大枣的性味是什么？",
+        entities=[{"id": "E1", "name": "大枣", "type": "substance", "score": 1.0,
+                   "attributes": {"flavour": ["甘"], "effects": ["补中益气", "养血安神"], "contraindications": ["湿盛中满者慎用"]}}],
+        triples=[{"id": "T1", "head": "大枣", "relation": "has_flavour", "tail": "甘", "confidence": 0.9, "score": 0.8}],
+        paths=[{"text": "大枣 —has_flavour→ 甘", "score": 0.734, "names": ["大枣", "甘"]}],
+        snippets=[
+            {"id": "P1", "text": "味甘，平。主心腹邪气，安中养脾。", "path": ["神农本草经", "卷一", "上经", "大枣"], "score": 0.9},
+            {"id": "P2", "text": "枣，味甘，温。", "path": ["食疗本草", "卷上", "枣"], "score": 0.5},
+        ],
+    )
+
+
+def test_prompt_lays_out_task_question_paths_triples_attributes_and_numbered_snippets():
+    msgs = build_messages("大枣的性味是什么？", _evidence())
+    assert [m["role"] for m in msgs] == ["system", "user"]
+    user = msgs[1]["content"]
+    assert "问题：大枣的性味是什么？" in user
+    assert "大枣 —has_flavour→ 甘 (score 0.734)" in user
+    assert "(大枣, has_flavour, 甘) 0.90" in user
+    assert "contraindications: 湿盛中满者慎用" in user and "effects: 补中益气、养血安神" in user
+    assert "[1] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，平。主心腹邪气，安中养脾。" in user
+    assert "[2] 食疗本草 › 卷上 › 枣: 枣，味甘，温。" in user
+    # ordered: paths before triples before snippets, the answer cue last
+    assert user.index("P1.") < user.index("(大枣, has_flavour") < user.index("[1] ") < user.rindex("回答")
+    assert "[1]" in msgs[0]["content"]  # the system prompt asks for bracketed citations
+
+
+def test_prompt_language_follows_question_and_limits_apply():
+    ev = _evidence()
+    en = build_messages("What is the flavour of jujube?", ev, AnswerConfig(max_snippets=1, max_snippet_chars=4))[1]["content"]
+    assert en.startswith("Task: answer the question")
+    assert "Question: What is the flavour of jujube?" in en
+    assert "[1] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，平…" in en
+    assert "[2]" not in en
+
+
+def test_references_carry_snippet_id_heading_and_text():
+    refs = references(_evidence())
+    assert [(r["n"], r["snippet_id"]) for r in refs] == [(1, "P1"), (2, "P2")]
+    assert refs[0]["path"] == ["神农本草经", "卷一", "上经", "大枣"] and refs[0]["text"].startswith("味甘")
+    # the JSON form (as /v1/retrieve returns it) numbers the same way
+    assert [r["snippet_id"] for r in references(Evidence.from_dict(_evidence().to_dict()))] == ["P1", "P2"]
+
+
+@pytest.mark.parametrize(
+    "reply, cited, invalid",
+    [
+        ("大枣味甘 [1]，性平[1][2]。", [1, 2], []),
+        ("大枣味甘【2】，性平【1】。", [2, 1], []),
+        ("Sweet [1, 2] and neutral [1-2].", [1, 2], []),
+        ("味甘[1，2]", [1, 2], []),
+        ("味甘 [7] 平 [2]", [2], [7]),
+        ("<think>maybe [1]</think>味甘。", [], []),
+        ("no citations at all", [], []),
+    ],
+)
+def test_reply_parsing_maps_citation_numbers_to_references(reply, cited, invalid):
+    parsed = parse_reply(reply, references(_evidence()))
+    assert [c["n"] for c in parsed.citations] == cited
+    assert parsed.invalid_citations == invalid
+    assert "<think>" not in parsed.answer
+    for c in parsed.citations:
+        assert c["snippet_id"] == f"P{c['n']}" and c["heading"]
+
+
+def test_sources_block_and_not_in_kb_wording():
+    refs = references(_evidence())
+    cites = parse_reply("味甘[2]", refs).citations
+    assert sources_block("大枣？", cites) == "来源:\n[2] 食疗本草 › 卷上 › 枣"
+    assert sources_block("jujube?", cites).startswith("Sources:\n[2] ")
+    assert sources_block("jujube?", []) == ""
+    assert "知识库" in not_in_kb("大枣的性味是什么？") and "knowledge base has nothing" in not_in_kb("What is X?")
+    assert "knowledge base" in not_in_kb("大枣？", AnswerConfig(language="en"))
+
+
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ('思考……\n[["大枣", "性味", "?"], ["大枣", "功效", "?"]]', [("大枣", "性味", "?"), ("大枣", "功效", "?")]),
+        ('```json\n[{"head": "人参", "relation": "功效", "tail": "补气"}]\n```', [("人参", "功效", "补气")]),
+        ("（大枣，性味，甘）\n（大枣，功效，补中益气）", [("大枣", "性味", "甘"), ("大枣", "功效", "补中益气")]),
+        ("(生姜, 归经, 胃)\n(生姜, 功效, 止呕)", [("生姜", "归经", "胃"), ("生姜", "功效", "止呕")]),
+        ("1. ginger | treats | nausea\n2. ginger -> contraindicated_with -> ?",
+         [("ginger", "treats", "nausea"), ("ginger", "contraindicated_with", "?")]),
+        ("ginger -> warms -> stomach", [("ginger", "warms", "stomach")]),
+        ('["大枣", "性味", "甘"]', [("大枣", "性味", "甘")]),
+        ("nothing structured here", []),
+        ('[["?", "relation", "?"]]', []),
+    ],
+)
+def test_cot_reply_parsing(reply, expected):
+    got = [(t["head"], t["relation"], t["tail"]) for t in parse_triples(reply)]
+    assert got == expected
+
+
+def test_cot_parsing_dedups_and_limits():
+    reply = '[["a","r","b"],["a","r","b"],["c","r","d"],["e","r","f"]]'
+    assert len(parse_triples(reply, limit=2)) == 2
+    assert len(parse_triples(reply)) == 3
+
+
+def test_cot_prompt_is_the_sft_training_form():
+    from bencao.data_gen.sft_format import ASK, SYSTEM
+    from bencao.serving.cot import cot_messages
+
+    zh = cot_messages("大枣的功效是什么？")
+    assert zh[0]["content"] == SYSTEM["zh"] and zh[1]["content"].endswith(ASK["triples"]["zh"])
+    en = cot_messages("What does ginger treat?")
+    assert en[0]["content"] == SYSTEM["en"] and en[1]["content"] == "What does ginger treat?\n\n" + ASK["triples"]["en"]
