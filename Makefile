@@ -42,5 +42,15 @@ test: $(VENV)/.installed-dev
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m "not gpu"
 
+# Dev-set evaluation: builds the sample graph once, then runs every file of $(DEV) (when present).
+DEV ?= ../shared/data/dev
+EVAL_SYSTEM ?= llm-free
+EVAL_OUT ?= out/eval
+eval: $(VENV)/.installed-dev
+	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
+	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
+		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
+	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
+
 clean-graph:
 	rm -rf $(GRAPH)

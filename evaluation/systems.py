@@ -196,15 +196,14 @@ class _GraphSystem:
     def linker(self) -> Any:
         if self._linker is None:
             linking = _requires("bencao.retrieval.linking", "entity linking (el)")
+            from bencao.config import load_config
             from bencao.retrieval.graph.store import Graph
+            from bencao.retrieval.index.build import open_indexes
 
             graph = Graph.open(self.graph_dir, read_only=True)
-            cfg = None
-            if hasattr(linking, "LinkingConfig"):
-                from bencao.config import load_config
-
-                cfg = load_config(linking.LinkingConfig, self.config.linking_config)
-            self._linker = linking.EntityLinker(graph, cfg)
+            cfg = load_config(linking.LinkingConfig, self.config.linking_config)
+            indexes = open_indexes(graph)
+            self._linker = linking.EntityLinker(graph, cfg, indexes=indexes if indexes.has_any else None)
         return self._linker
 
     def link(self, rec: dict[str, Any]) -> Output:
