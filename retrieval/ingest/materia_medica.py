@@ -55,7 +55,7 @@ RELATIONS = {
 }
 
 # Titles that are never a substance entry.
-_NOT_ENTRY_TITLE = re.compile(r"序|论|篇|第|卷|凡例|目录|附录|总|诸|类$|品$|法$|门$")
+_NOT_ENTRY_TITLE = re.compile(r"序|论|篇|第|卷|凡例|目录|附录|总|诸|类$|品$|法$|门$|经$")
 # Tonic/regulating verbs: the phrase is an effect, kept whole.
 _EFFECT_PREFIXES = ("安", "养", "益", "补", "通", "和", "利", "明", "轻身", "长", "强", "坚", "填", "壮", "润", "悦", "美", "好",
                     "耐", "令人", "延年", "不老", "不饥", "调", "厚", "充", "开", "滋", "暖", "温", "聪", "平", "生肌", "生津", "续",
@@ -69,7 +69,7 @@ _ONE_CHAR_SYMPTOMS = set("渴烦痛痢泄咳嗽喘呕吐疟痹疝肿汗痒疮癣
 # A piece with these is prose, not a name of an indication or effect.
 _PROSE = re.compile(r"[如若者之其也以而则可不勿忌能所为与及又云曰是此乃即或但凡每皆亦矣焉乎人仍]|[0-9０-９]|(?<![宿伤停积])食$|^[食多]")
 # A removal verb inside an indication means two clauses ran together (破症除瘕, 熨除痈肿).
-_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟]|生津|生肌")
+_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟养益补]|生津|生肌")
 _PROSE_EFFECT = re.compile(r"[如若者其也以而则可勿忌所与又云曰是此乃即或但凡每皆亦矣焉乎]|[0-9０-９]")
 _PAREN = re.compile(r"（[^（）]*）|\([^()]*\)|〔[^〕]*〕")
 _ALIAS = re.compile(r"[一又]名([\u4e00-\u9fff]{1,6})")
@@ -212,17 +212,20 @@ def _long_use(entry: Entry, clause: str) -> None:
 
 def _header(entry: Entry, sentence: str) -> str | None:
     """Parse 味甘，平，无毒 / 味甘性平 / 冷，无毒 ; returns the rest of the sentence from 主 on, if any."""
+    in_flavours = False
     for i, tok in enumerate(re.split(r"[，、,]", sentence.rstrip("。；"))):
         tok = tok.strip()
         m = FLAVOUR_RE.match(tok)
-        if m:
-            for ch in m.group(1):
+        if m or (in_flavours and len(tok) == 1 and tok in FLAVOURS):  # 味甘、辛、热: 辛 is a flavour too
+            for ch in m.group(1) if m else tok:
                 if ch in FLAVOURS:
                     entry.add("has_flavour", ch, "flavour", sentence[:6])
                     entry.attr("flavour", ch)
-            tok = m.group(2).strip()
+            in_flavours = True
+            tok = m.group(2).strip() if m else ""
             if not tok:
                 continue
+        in_flavours = False
         if NATURE_RE.match(tok):
             nat = NATURE_RE.match(tok).group(1)  # type: ignore[union-attr]
             entry.add("has_nature", nat, "nature", tok)

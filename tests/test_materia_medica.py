@@ -1,0 +1,164 @@
+"""The LLM-free materia-medica extractor on real entries of the bundled classics."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.ingest.materia_medica import CONFIDENCE, ORIGIN, classify_piece, clean_title, find_entries
+from bencao.retrieval.ingest.registry import ingest_file
+
+TXT = Path(__file__).resolve().parents[1] / "data" / "sample" / "tcm_classics" / "txt"
+SHENNONG = TXT / "000-神农本草经.txt"
+SHILIAO = TXT / "004-食疗本草.txt"
+YINSHAN = TXT / "009-饮膳正要.txt"
+QIANJIN = TXT / "523-千金食治.txt"
+RECIPES = TXT / "533-食疗方.txt"
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    g = Graph.create(tmp_path_factory.mktemp("mm"))
+    docs = {}
+    for path in (SHENNONG, SHILIAO, YINSHAN, QIANJIN, RECIPES):
+        docs[path.name], _, _ = ingest_file(g, "books-txt", path, {"materia_medica": True})
+    yield g, docs
+    g.close()
+
+
+def _substance(g: Graph, name: str) -> dict:
+    found = [e for e in g.entities_by_alias(name) if e["type"] == "substance"]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
+def _facts(g: Graph, entity_id: str, relation: str, document_id: str | None = None) -> set[str]:
+    out = set()
+    for t in g.triples_of(entity_id, "out", relation):
+        if document_id is None or any(s["document_id"] == document_id for s in g.triple_sources_of(t["id"])):
+            out.add(t["tail"])
+    return out
+
+
+def test_dazao_in_shennong_gives_exact_triples_with_provenance(graph):
+    g, docs = graph
+    doc = docs[SHENNONG.name]
+    e = _substance(g, "大枣")
+    assert e["layer"] == "book"
+    assert _facts(g, e["id"], "has_flavour", doc) == {"甘"}
+    assert _facts(g, e["id"], "has_nature", doc) == {"平"}
+    assert {"心腹邪气", "大惊", "四肢重"} <= _facts(g, e["id"], "treats", doc)
+    assert {"安中养脾", "平胃气", "通九窍", "和百药", "轻身", "长年"} <= _facts(g, e["id"], "has_effect", doc)
+    # 一名干枣 (in the 《名医》 paragraph) is an alias of the same entity
+    assert _substance(g, "干枣")["id"] == e["id"]
+    kinds = {(a["alias"], a["kind"]) for a in g.aliases_of(e["id"])}
+    assert {("干枣", "synonym"), ("美枣", "synonym"), ("良枣", "synonym")} <= kinds
+    assert "平泽" in e["attributes"]["habitat"]
+    treats = next(t for t in g.triples_of(e["id"], "out", "treats") if t["tail"] == "心腹邪气")
+    assert treats["confidence"] == CONFIDENCE and treats["origin"] == ORIGIN and treats["layer"] == "book"
+    assert treats["tail_type"] == "symptom"
+    snips = g.snippets_of_triple(treats["id"])
+    assert any(s["path"] == ["神农本草经", "卷一", "上经", "大枣"] and "主心腹邪气" in s["text"] for s in snips)
+
+
+def test_nature_is_kept_as_written_and_title_marks_are_read(graph):
+    g, docs = graph
+    dansha = _substance(g, "丹沙")
+    assert _facts(g, dansha["id"], "has_nature") == {"微寒"} and _facts(g, dansha["id"], "has_flavour") == {"甘"}
+    assert {"身体五脏百病", "精魁邪恶鬼"} <= _facts(g, dansha["id"], "treats")
+    # 食疗本草: 枸杞〈寒〉 with （一）无毒。 → name 枸杞, nature from the title, toxicity from the text
+    gouqi = _substance(g, "枸杞")
+    assert "寒" in _facts(g, gouqi["id"], "has_nature", docs[SHILIAO.name])
+    assert _facts(g, gouqi["id"], "toxicity", docs[SHILIAO.name]) == {"无毒"}
+    assert "无毒" in gouqi["attributes"]["toxicity"]
+
+
+def test_yinshan_entry_with_two_flavours_and_a_removal_verb(graph):
+    g, docs = graph
+    doc = docs[YINSHAN.name]
+    sour = _substance(g, "酸枣")
+    assert _facts(g, sour["id"], "has_flavour", doc) == {"酸", "甘"}  # 味酸甘
+    assert _facts(g, sour["id"], "has_nature", doc) == {"平"}
+    assert _facts(g, sour["id"], "toxicity", doc) == {"无毒"}
+    assert _facts(g, sour["id"], "treats", doc) == {"心腹寒热", "邪结气聚", "烦"}  # 除烦 → 烦
+
+
+def test_entries_inside_one_section_are_found(graph):
+    g, docs = graph
+    # 千金食治 lists many substances in one section: 白冬瓜∶味甘、微寒、无毒。除少腹水胀，利小便、止消渴。
+    e = _substance(g, "白冬瓜")
+    doc = docs[QIANJIN.name]
+    assert _facts(g, e["id"], "has_nature", doc) == {"微寒"} and _facts(g, e["id"], "toxicity", doc) == {"无毒"}
+    assert {"少腹水胀", "消渴"} <= _facts(g, e["id"], "treats", doc) and "利小便" in _facts(g, e["id"], "has_effect", doc)
+
+
+def test_same_substance_in_two_books_is_one_entity(graph):
+    g, docs = graph
+    e = _substance(g, "大枣")
+    flav = next(t for t in g.triples_of(e["id"], "out", "has_flavour") if t["tail"] == "甘")
+    assert {s["document_id"] for s in g.triple_sources_of(flav["id"])} == {docs[SHENNONG.name], docs[QIANJIN.name]}
+
+
+def test_no_triples_from_prefaces_headings_or_recipes(graph):
+    g, docs = graph
+    for doc in docs.values():
+        for s in g.sections_of(doc):
+            if "序" in s["title"] or s["title"] in ("上经", "中经", "下经"):
+                for p in g.snippets_of_section(s["id"]):
+                    assert g.triples_of_snippet(p["id"]) == [], (s["path"], p["text"][:40])
+    recipes = docs[RECIPES.name]
+    assert g.get_document(recipes)["meta"]["materia_medica"] == {"entries": 0, "triples": {}}
+    assert not any(t["document_id"] == recipes for t in g.conn.execute("SELECT document_id FROM triple_sources"))
+
+
+def test_counts_are_recorded_and_relations_declared(graph):
+    g, docs = graph
+    mm = g.get_document(docs[SHENNONG.name])["meta"]["materia_medica"]
+    assert mm["entries"] > 300 and mm["triples"]["has_flavour"] >= mm["entries"] - 5
+    assert mm["triples"]["treats"] > 1000
+    rels = {r["name"]: r for r in g.relations()}
+    assert rels["treats"]["head_type"] == "substance" and rels["treats"]["tail_type"] == "symptom"
+    assert {"has_flavour", "has_nature", "has_effect", "toxicity"} <= set(rels)
+
+
+def test_off_by_default(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    _, _, counts = ingest_file(g, "books-txt", YINSHAN)
+    assert counts["triples"] == 0 and counts["entities"] == 0
+
+
+def test_removing_one_book_keeps_what_the_other_supports(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    a, _, _ = ingest_file(g, "books-txt", SHENNONG, {"materia_medica": True})
+    b, _, _ = ingest_file(g, "books-txt", QIANJIN, {"materia_medica": True})
+    e = _substance(g, "大枣")
+    g.remove_document(a)
+    assert _facts(g, e["id"], "has_flavour") == {"甘", "辛"}  # 千金食治: 味甘、辛、热、滑、无毒
+    assert g.entities_by_alias("丹沙") == []  # only 神农本草经 had it
+    g.remove_document(b)
+    assert g.counts()["triples"] == 0 and g.counts()["entities"] == 0
+
+
+def test_title_cleaning_and_piece_classification():
+    assert clean_title("枸杞〈寒〉") == ("枸杞", [], "寒")
+    assert clean_title("薯蓣（山药）") == ("薯蓣", ["山药"], None)
+    assert clean_title("（榧）子〈平〉") == ("榧子", [], "平")
+    assert clean_title("茨（乌芋、荸荠）〈冷〉") == ("茨", ["乌芋", "荸荠"], "冷")
+    assert clean_title("山鸡、野鸡（雉）") is None and clean_title("邵序") is None and clean_title("上古天真论篇第一") is None
+    assert classify_piece("心腹邪气") == ("treats", "心腹邪气")
+    assert classify_piece("除烦") == ("treats", "烦")
+    assert classify_piece("益气") == ("has_effect", "益气")
+    assert classify_piece("消渴") == ("treats", "消渴")
+    assert classify_piece("温疟") == ("treats", "温疟")
+    assert classify_piece("逐水") == ("has_effect", "逐水")
+    assert classify_piece("如在车船上") is None and classify_piece("破症除瘕") is None
+
+
+def test_preface_text_with_entry_like_words_is_not_an_entry():
+    assert find_entries("孙序", "味甘，平。主心腹邪气。") == []
+    assert find_entries("上经", "上药一百二十种，为君，主养命以应天，无毒。多服、久服不伤人。") == []
+    recipe = "〔食品〕大萝卜五个。\n〔主疗〕消渴、舌焦、口干、小便数。\n〔方法〕煮熟，绞取汁。"
+    assert find_entries("萝卜粥", recipe) == []
+    assert find_entries("鹿肾羹", "治肾虚耳聋。\n鹿肾（一对，去脂膜，切）") == []
