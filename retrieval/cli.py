@@ -160,3 +160,7 @@ from bencao.retrieval.graph import cli_confidence as _cli_confidence  # noqa: E4
 
 graph_app.command("confidence")(_cli_confidence.confidence)
 graph_app.command("complete")(_cli_confidence.complete)
+
+from bencao.retrieval.graph.export_neo4j import export_command as _export_command  # noqa: E402
+
+graph_app.command("export")(_export_command)

@@ -31,11 +31,15 @@ def _one(g: Graph, alias: str) -> dict:
 def test_every_row_is_a_substance_listed_in_the_catalogue(graph: Graph, mfh: Path) -> None:
     doc_id, added, counts = ingest_file(graph, "catalog-csv", mfh)
     assert added
-    assert len(list(graph.iter_entities("substance"))) == 106
+    substances = list(graph.iter_entities("substance"))
+    items = [e for e in substances if "variant_of" not in e["attributes"]]
+    assert len(items) == 106 and len({e["attributes"]["mfh_id"] for e in items}) == 106
+    # 枣（大枣、酸枣、黑枣）, 姜（生姜、干姜）, 杏仁（甜、苦）: 7 listed kinds of their own
+    assert sorted(e["name"] for e in substances if "variant_of" in e["attributes"]) == sorted(["大枣", "酸枣", "黑枣", "生姜", "干姜", "甜杏仁", "苦杏仁"])
     catalog = _one(graph, "药食同源目录")
     assert catalog["type"] == "catalog"
     listed = graph.triples_of(catalog["id"], "in", relation="listed_in")
-    assert len(listed) == 106
+    assert len(listed) == 113
     assert {(t["confidence"], t["layer"]) for t in listed} == {(1.0, "imported")}
     assert graph.get_document(doc_id)["kind"] == "catalog"
 
@@ -45,10 +49,16 @@ def test_names_variants_and_ids_find_the_entity(graph: Graph, mfh: Path) -> None
     zao = _one(graph, "枣")
     assert zao["name"] == "枣" and zao["type"] == "substance"
     aliases = {(a["alias"], a["kind"]) for a in graph.aliases_of(zao["id"])}
-    assert {("枣（大枣、酸枣、黑枣）", "synonym"), ("大枣", "variant"), ("酸枣", "variant"), ("黑枣", "variant"), ("MFH037", "xref")} <= aliases
+    assert {("枣（大枣、酸枣、黑枣）", "synonym"), ("MFH037", "xref")} <= aliases
     # Traditional and simplified forms of a name find the same entity.
-    for form in ("大棗", "大枣", "棗", "mfh037"):
+    for form in ("棗", "枣（大枣、酸枣、黑枣）", "mfh037"):
         assert _one(graph, form)["id"] == zao["id"]
+    # Listed kinds are distinct materia medica: each is its own entity, a variant_of the item.
+    kinds = {t["head"] for t in graph.triples_of(zao["id"], "in", relation="variant_of")}
+    assert kinds == {"大枣", "酸枣", "黑枣"}
+    dazao = _one(graph, "大棗")
+    assert dazao["name"] == "大枣" and dazao["id"] != _one(graph, "酸枣")["id"]
+    assert {t["tail"] for t in graph.triples_of(dazao["id"], "out")} == {"枣", "药食同源目录"}
     # The catalogue id is an alias, not the entity id: book entities of the same name merge by name.
     assert zao["id"] != "MFH037"
     assert zao["attributes"]["mfh_id"] == "MFH037"
@@ -58,7 +68,7 @@ def test_names_variants_and_ids_find_the_entity(graph: Graph, mfh: Path) -> None
 def test_one_character_variants_qualify_the_base_name(graph: Graph, mfh: Path) -> None:
     ingest_file(graph, "catalog-csv", mfh)
     xingren = _one(graph, "杏仁")
-    assert _one(graph, "苦杏仁")["id"] == _one(graph, "甜杏仁")["id"] == xingren["id"]
+    assert {t["head"] for t in graph.triples_of(xingren["id"], "in", relation="variant_of")} == {"苦杏仁", "甜杏仁"}
     assert graph.entities_by_alias("苦") == []  # a flavour, never an alias of 杏仁
     assert _one(graph, "桂圆")["name"] == "龙眼肉"
 
@@ -80,9 +90,12 @@ def test_column_names_are_configurable(graph: Graph, tmp_path: Path) -> None:
     cols = {"id": "编号", "name": "名称", "base_name": "基名", "variants": "别名",
             "batch": "", "order": "", "announcement": "", "date": "", "source_url": "", "note": ""}
     ingest_file(graph, "catalog-csv", path, {"columns": cols, "variant_separator": "/", "catalog": "测试目录"})
-    jiang = _one(graph, "干薑")
+    jiang = _one(graph, "薑")
     assert jiang["name"] == "姜" and jiang["attributes"] == {"编号": "X1"}
     assert graph.triples_of(jiang["id"], "out")[0]["tail"] == "测试目录"
+    ganjiang = _one(graph, "干薑")
+    assert ganjiang["name"] == "干姜"
+    assert {(t["relation"], t["tail"]) for t in graph.triples_of(ganjiang["id"], "out")} == {("variant_of", "姜"), ("listed_in", "测试目录")}
 
 
 def test_missing_column_names_file_and_column(graph: Graph, mfh: Path, tmp_path: Path) -> None:

@@ -1,10 +1,15 @@
 """Official catalogues as CSV: the medicine-food homology (药食同源) list and lists like it.
 
 Each row becomes one ``substance`` entity named by its base name (枣), with the full listed name
-(枣（大枣、酸枣、黑枣）) and each variant (大枣, 酸枣, 黑枣) as aliases and the catalogue id (MFH001) as an
-``xref`` alias, and one ``listed_in`` triple to the catalogue entity (type ``catalog``), confidence
-1.0, layer ``imported``. Entities get name-keyed ids from the store (not the catalogue id), so a
-substance named the same in a book merges with the catalogue entry.
+(枣（大枣、酸枣、黑枣）) as an alias and the catalogue id (MFH001) as an ``xref`` alias, and one
+``listed_in`` triple to the catalogue entity (type ``catalog``), confidence 1.0, layer ``imported``.
+Entities get name-keyed ids from the store (not the catalogue id), so a substance named the same in
+a book merges with the catalogue entry.
+
+Variants: a row that lists several kinds (枣（大枣、酸枣、黑枣）, 姜（生姜、干姜）) names distinct
+materia medica — 酸枣 is not 大枣, 干姜 is not 生姜 — so each becomes its own entity with
+``variant_of`` → the item and its own ``listed_in``; a book's 大枣 then lands on 大枣, not on 酸枣's
+entry. A single variant (龙眼肉（桂圆）) is another name of the item and stays an alias.
 
 A one-character variant is a qualifier of the base name, not a name: 杏仁（甜、苦） gives the
 aliases 甜杏仁 and 苦杏仁 (never 甜 or 苦, which are flavours).
@@ -80,6 +85,7 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
     table.require({"base_name": cols.base_name})
     table.require({role: getattr(cols, role) for role in ("id", "name", "variants", *_ATTRIBUTE_ROLES)})
     b.relation("listed_in", "the item is listed in the catalogue", opts.entity_type, "catalog")
+    b.relation("variant_of", "a kind listed under a catalogue item, e.g. 大枣 under 枣", opts.entity_type, opts.entity_type)
     catalog = b.entity(opts.catalog, "catalog", layer="terminology", description=opts.catalog_description or None)
     n = 0
     for row in table.rows():
@@ -90,13 +96,20 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
         aliases: list[tuple[str, str]] = []
         if get("name") and get("name") != base:
             aliases.append((get("name"), "synonym"))
-        aliases += [(v, "variant") for v in variant_aliases(base, get("variants"), opts.variant_separator)]
+        variants = variant_aliases(base, get("variants"), opts.variant_separator)
+        if len(variants) == 1:
+            aliases.append((variants[0], "variant"))
         if get("id"):
             aliases.append((get("id"), "xref"))
         attrs = {getattr(cols, role): get(role) for role in _ATTRIBUTE_ROLES if get(role)}
+        listed_attrs = {getattr(cols, r): get(r) for r in ("id", "batch", "date") if get(r)}
         item = b.entity(base, opts.entity_type, layer="terminology", attributes=attrs, aliases=aliases)
-        b.triple(item, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv",
-                 attributes={getattr(cols, r): get(r) for r in ("id", "batch", "date") if get(r)})
+        b.triple(item, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
+        if len(variants) > 1:
+            for v in variants:
+                kind = b.entity(v, opts.entity_type, layer="terminology", attributes={"variant_of": base, **attrs})
+                b.triple(kind, "variant_of", item, confidence=1.0, layer="imported", origin="catalog-csv")
+                b.triple(kind, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
         n += 1
     if n == 0:
         raise InputError(path, "empty catalogue: no data rows")
