@@ -42,6 +42,7 @@ def _mount() -> None:
 
     app.add_typer(graph_app, name="graph")
     app.command("eval")(__import__("bencao.evaluation.cli", fromlist=["eval_command"]).eval_command)
+    app.add_typer(__import__("bencao.data_gen.cli", fromlist=["data_app"]).data_app, name="data")
 
 
 _mount()

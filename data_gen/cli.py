@@ -1,0 +1,69 @@
+"""``bencao data``: teacher-driven data generation (cot, pairs, negatives).
+
+Each command takes a YAML recipe (``--config configs/data_gen/...``), ``key=value`` overrides, and
+the flags later checks rely on. Heavy libraries load inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Optional
+
+import typer
+
+data_app = typer.Typer(help="Generate training data from the graph and a teacher: CoT distillation, question–entity pairs, hard negatives.",
+                       no_args_is_help=True)
+
+
+def _echo(summary: dict) -> None:
+    typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
+
+
+@data_app.command("cot")
+def cot_command(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/cot_*.yaml)."),
+    graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory."),
+    input: Optional[str] = typer.Option(None, "--input", help="Questions with gold answers (benchmark JSONL or {question, answer})."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="kg-paths | llm."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
+) -> None:
+    """Chain-of-thought distillation: question → reasoning and question → CoT triples, split by entity."""
+    from bencao.config import load_config
+    from bencao.data_gen.cot import CotConfig, run_cot
+
+    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("input", input), ("teacher", teacher), ("output", output)) if v]
+    _echo(run_cot(load_config(CotConfig, config, ov)))
+
+
+@data_app.command("pairs")
+def pairs_command(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/pairs.yaml)."),
+    graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory."),
+    teacher: Optional[str] = typer.Option(None, "--teacher", help="template | llm."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides."),
+) -> None:
+    """Question–entity pairs (anchor, positive, negative, group) from terminology explanations."""
+    from bencao.config import load_config
+    from bencao.data_gen.pairs import PairsConfig, run_pairs
+
+    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("teacher", teacher), ("output", output)) if v]
+    _echo(run_pairs(load_config(PairsConfig, config, ov)))
+
+
+@data_app.command("negatives")
+def negatives_command(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/negatives.yaml)."),
+    input: Optional[str] = typer.Option(None, "--input", help="Directory of pairs (train.jsonl, eval.jsonl)."),
+    graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory (corpus and alias guard)."),
+    model: Optional[str] = typer.Option(None, "--model", help="Embedder path, or 'minilm'."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides."),
+) -> None:
+    """Re-mine hard negatives with the current embedder (margin below the positive, never an alias)."""
+    from bencao.config import load_config
+    from bencao.data_gen.negatives import NegativesConfig, run_negatives
+
+    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("input", input), ("graph", graph), ("model", model), ("output", output)) if v]
+    _echo(run_negatives(load_config(NegativesConfig, config, ov)))
