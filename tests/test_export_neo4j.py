@@ -102,7 +102,7 @@ def test_chinese_commas_quotes_and_newlines_round_trip(exported) -> None:
 def test_relationship_types_and_macro_tree(exported) -> None:
     _, out, _ = exported
     types = {r[":TYPE"] for r in _read(out / "triples.csv")}
-    assert types == {"LISTED_IN", "HAS_INGREDIENT", "TREATS", "主治"}
+    assert types == {"LISTED_IN", "VARIANT_OF", "HAS_INGREDIENT", "TREATS", "主治"}
     assert {r[":TYPE"] for r in _read(out / "links.csv")} == {"SAME_AS"}
     roots = {r["title"] for r in _read(out / "sections.csv") if r["level:int"] == "0"}
     assert roots == {"食疗方", "测试书"}
@@ -122,10 +122,11 @@ def test_import_script_and_cypher(exported) -> None:
         assert subprocess.run(["bash", "-n", str(out / "import.sh")]).returncode == 0
     cy = (out / "load.cypher").read_text(encoding="utf-8")
     assert "CREATE CONSTRAINT entity_id IF NOT EXISTS FOR (n:Entity) REQUIRE n.id IS UNIQUE;" in cy
-    for rt in ("LISTED_IN", "HAS_INGREDIENT", "TREATS", "主治"):
+    for rt in ("LISTED_IN", "VARIANT_OF", "HAS_INGREDIENT", "TREATS", "主治"):
         assert f"MERGE (h)-[r:`{rt}` {{id: row.id}}]->(t)" in cy
     assert "MATCH (n:Entity {type: 'plant_part'}) SET n:`PlantPart`;" in cy
-    assert cy.count("LOAD CSV WITH HEADERS") == 4 + 3 + 4 + 2 + 1
+    # 4 node files, 3 macro-tree files, one per relationship type (5), supports + asserts, links
+    assert cy.count("LOAD CSV WITH HEADERS") == 4 + 3 + 5 + 2 + 1
 
 
 @pytest.mark.parametrize("type_, label", [("substance", "Substance"), ("supplement_ingredient", "SupplementIngredient"),
