@@ -41,7 +41,10 @@ def _mount() -> None:
     from bencao.retrieval.cli import graph_app
 
     app.add_typer(graph_app, name="graph")
+    app.add_typer(__import__("bencao.retrieval.cli_search", fromlist=["search_app"]).search_app)  # link, ask
     app.command("eval")(__import__("bencao.evaluation.cli", fromlist=["eval_command"]).eval_command)
+    app.add_typer(__import__("bencao.serving.cli", fromlist=["serving_app"]).serving_app)  # serve, infer
+    __import__("bencao.training.cli", fromlist=["mount"]).mount(app)  # train sft|embedder|plan, export
     app.add_typer(__import__("bencao.data_gen.cli", fromlist=["data_app"]).data_app, name="data")
 
 

@@ -1,0 +1,146 @@
+"""SFT of the CoT model on a tiny Qwen2 built from a config (CPU, no downloads)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixtures_training import lora_run, pairs_file, sft_data, sft_overrides, tiny_qwen  # noqa: F401
+from tiny_models import sft_records, write_jsonl
+
+from bencao.errors import BencaoError, ConfigError, InputError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_labels_cover_only_assistant_turns_and_im_end(tiny_qwen, sft_data, tmp_path):
+    from bencao.training.sft import build_trainer, parse_args
+
+    trainer = build_trainer(*parse_args(None, sft_overrides(tiny_qwen, sft_data, tmp_path / "o", "max_steps=1")))
+    tok = trainer.processing_class
+    msgs = sft_records(1)[0]["messages"]  # 神农本草经 entry: system + user + assistant
+    example = trainer.train_dataset[0]
+    batch = trainer.data_collator([example])
+    labels = batch["labels"][0].tolist()
+    ids = batch["input_ids"][0].tolist()
+    kept = [i for i, lab in zip(ids, labels) if lab != -100]
+    assert tok.decode(ids).startswith("<|im_start|>system\n" + msgs[0]["content"])
+    # Exactly the assistant's answer plus its end-of-turn token are learned; prompt and roles are masked.
+    assert tok.decode(kept).strip() == msgs[2]["content"] + "<|im_end|>"
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert im_end == tok.eos_token_id and kept.count(im_end) == 1
+    assert tok.decode(kept[kept.index(im_end) + 1 :]).strip() == ""  # at most the template's newline follows
+    assert msgs[1]["content"] not in tok.decode(kept)
+
+
+def test_lora_sft_learns_and_saves_a_nonempty_adapter(lora_run, tiny_qwen):
+    from transformers import AutoTokenizer, GenerationConfig
+
+    out, info = lora_run
+    m = info["metrics"]
+    assert m["train_loss_last"] < m["train_loss_first"]
+    assert m["adapter_parameters"] > 0 and "eval_loss" in m
+    assert (out / "adapter_model.safetensors").stat().st_size > 0
+    tok = AutoTokenizer.from_pretrained(out)
+    gen = GenerationConfig.from_pretrained(out)
+    assert tok.eos_token == "<|im_end|>"
+    assert tok.convert_tokens_to_ids("<|im_end|>") in gen.eos_token_id  # base config only had <|endoftext|>
+    assert gen.pad_token_id == tok.pad_token_id
+    summary = json.loads((out / "bencao_training.json").read_text(encoding="utf-8"))
+    assert summary["hyperparameters"]["method"] == "lora"
+    assert summary["hyperparameters"]["lora_target_modules"] == "all-linear"
+    assert summary["datasets"][0]["records"] == 32
+
+
+def test_full_sft_loss_decreases_and_resume_continues(tiny_qwen, sft_data, tmp_path):
+    from bencao.training.sft import main, parse_args
+
+    out = tmp_path / "full"
+    common = ["learning_rate=5e-3", "save_steps=3", "warmup_steps=0", "lr_scheduler_type=constant"]
+    first = main(*parse_args(None, sft_overrides(tiny_qwen, sft_data, out, "max_steps=6", *common)))
+    assert first["hyperparameters"]["method"] == "full"
+    assert first["metrics"]["train_loss_last"] < first["metrics"]["train_loss_first"]
+    assert (out / "checkpoint-6").is_dir() and (out / "model.safetensors").exists()
+    second = main(*parse_args(None, sft_overrides(tiny_qwen, sft_data, out, "max_steps=9", *common)))
+    assert second["resumed_from"].endswith("checkpoint-6")
+    assert second["global_step"] == 9
+    state = json.loads((out / "checkpoint-9" / "trainer_state.json").read_text())
+    steps = [h["step"] for h in state["log_history"] if "loss" in h]
+    assert steps == list(range(1, 10))  # steps 1-6 from the first run, 7-9 from the resumed one
+
+
+def test_empty_adapter_fails_loudly(tmp_path):
+    import torch
+    from safetensors.torch import save_file
+
+    from bencao.training.sft import check_adapter_nonempty
+
+    save_file({"base_model.model.q_proj.lora_A.weight": torch.zeros(0, 64)}, str(tmp_path / "adapter_model.safetensors"))
+    with pytest.raises(BencaoError, match="adapter is empty"):
+        check_adapter_nonempty(tmp_path)
+    with pytest.raises(BencaoError, match="no adapter_model"):
+        check_adapter_nonempty(tmp_path / "missing")
+
+
+def test_bad_record_names_file_and_line(tmp_path):
+    from bencao.training.data import load_sft
+
+    p = write_jsonl(tmp_path / "train.jsonl", sft_records(2))
+    with open(p, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"messages": [{"role": "user", "content": "大枣？"}]}, ensure_ascii=False) + "\n")
+    with pytest.raises(InputError, match=r"train\.jsonl:line 3: no non-empty assistant message"):
+        load_sft(p)
+
+
+def test_recipe_errors_are_one_line(tmp_path):
+    from bencao.training.sft import parse_args
+
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("model_name_or_path: x\ntrain_file: t.jsonl\nlearning_rat: 1e-4\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="unknown key.*learning_rat"):
+        parse_args(cfg)
+    cfg.write_text("model_name_or_path: x\ntrain_file: t.jsonl\nlearning_rate: fast\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="learning_rate"):
+        parse_args(cfg)
+    # YAML reads 1.0e-4 as a float but 1e-4 as a string: both must work.
+    _, args, _ = parse_args(cfg, ["learning_rate=1e-4"])
+    assert args.learning_rate == pytest.approx(1e-4)
+
+
+def _env():
+    env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env["PYTHONPATH"] = str(REPO / "tests")
+    return env
+
+
+@pytest.mark.distributed
+def test_torchrun_two_processes_gloo(tiny_qwen, sft_data, tmp_path):
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+           "-m", "bencao.training.sft", *sft_overrides(tiny_qwen, sft_data, out, "use_peft=true", "max_steps=3", "save_steps=100")]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "bencao_training.json").read_text())
+    assert summary["hyperparameters"]["world_size"] == 2
+    assert summary["global_step"] == 3 and summary["metrics"]["adapter_parameters"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.distributed
+def test_accelerate_launch_deepspeed_zero2(tiny_qwen, sft_data, tmp_path):
+    out = tmp_path / "z2"
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("deepspeed: configs/deepspeed/ds_z2.json\nuse_peft: true\nmax_steps: 3\nsave_steps: 100\n", encoding="utf-8")
+    cmd = [sys.executable, "-m", "bencao.cli", "train", "sft", "--config", str(cfg), "--accelerate-config", "zero2",
+           "--num-processes", "2", *sft_overrides(tiny_qwen, sft_data, out)]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "bencao_training.json").read_text())
+    assert summary["hyperparameters"]["world_size"] == 2
+    assert summary["hyperparameters"]["deepspeed"].endswith("ds_z2.json")
+    assert summary["metrics"]["adapter_parameters"] > 0

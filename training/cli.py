@@ -1,0 +1,102 @@
+"""``bencao train sft|embedder|plan`` and ``bencao export``. Heavy imports stay inside the commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+train_app = typer.Typer(help="Fine-tune the CoT model (SFT) and the embedder; plan GPU memory.", no_args_is_help=True)
+
+OVERRIDES = typer.Argument(None, help="key=value overrides of the recipe, e.g. max_steps=20 learning_rate=1e-4")
+
+
+@train_app.command("sft")
+def sft_cmd(
+    config: Path = typer.Option(..., "--config", "-c", help="SFT recipe (YAML), e.g. configs/sft/qwen2.5-7b-instruct/lora_zero2.yaml"),
+    overrides: Optional[list[str]] = OVERRIDES,
+    accelerate_config: Optional[str] = typer.Option(
+        None, "--accelerate-config", help="Launch with accelerate: a name in configs/accelerate (single_gpu, multi_gpu, zero2, zero3, zero3_offload) or a path."
+    ),
+    num_processes: Optional[int] = typer.Option(None, "--num-processes", help="Processes in all (GPUs; on CPU, gloo workers)."),
+    num_machines: Optional[int] = typer.Option(None, "--num-machines", help="Multi-node: number of machines."),
+    machine_rank: Optional[int] = typer.Option(None, "--machine-rank", help="Multi-node: rank of this machine."),
+    main_process_ip: Optional[str] = typer.Option(None, "--main-process-ip", help="Multi-node: address of rank 0."),
+    main_process_port: Optional[int] = typer.Option(None, "--main-process-port", help="Multi-node: port of rank 0."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch command instead of running it."),
+) -> None:
+    """Supervised fine-tuning (trl SFTTrainer; LoRA or full). In-process, or through accelerate launch."""
+    from bencao.training import launch
+    from bencao.training.args import recipe_dict
+
+    overrides = list(overrides or [])
+    recipe = recipe_dict(config, overrides)
+    name = accelerate_config or launch.default_accelerate_config(recipe, num_processes)
+    if name is None:
+        if dry_run:
+            typer.echo(f"python -m bencao.training.sft --config {config} {' '.join(overrides)}".strip())
+            return
+        from bencao.training.sft import main, parse_args
+
+        main(*parse_args(config, overrides))
+        return
+    cmd = launch.accelerate_command(
+        "bencao.training.sft", launch.script_argv(config, overrides), name, num_processes=num_processes,
+        num_machines=num_machines, machine_rank=machine_rank, main_process_ip=main_process_ip, main_process_port=main_process_port,
+    )
+    typer.echo(" ".join(cmd))
+    if not dry_run:
+        rc = launch.run(cmd)
+        if rc:
+            raise typer.Exit(rc)
+
+
+@train_app.command("embedder")
+def embedder_cmd(
+    config: Path = typer.Option(..., "--config", "-c", help="Embedder recipe (YAML), e.g. configs/embed/bge-m3/cmnrl.yaml"),
+    overrides: Optional[list[str]] = OVERRIDES,
+) -> None:
+    """Contrastive fine-tuning of the embedder (MNRL / cached MNRL), IR figures before and after."""
+    from bencao.training.embedder import main, parse_args
+
+    main(*parse_args(config, overrides or []))
+
+
+@train_app.command("plan")
+def plan_cmd(
+    config: Path = typer.Option(..., "--config", "-c", help="SFT recipe (YAML)."),
+    overrides: Optional[list[str]] = OVERRIDES,
+    num_gpus: int = typer.Option(8, "--num-gpus", help="GPUs per node."),
+    num_nodes: int = typer.Option(1, "--num-nodes", help="Nodes."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help="config.json of the model (default: from model_name_or_path)."),
+) -> None:
+    """Per-GPU memory estimate of the recipe's ZeRO stage (DeepSpeed's estimators + LoRA accounting)."""
+    from bencao.training.plan import plan, render
+
+    typer.echo(render(plan(config, overrides or [], num_gpus=num_gpus, num_nodes=num_nodes, model_config=model_config)))
+
+
+def export_cmd(
+    model: Path = typer.Option(..., "--model", "-m", help="Training output dir (LoRA adapter or full model; LM or sentence-transformer)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Export directory (merged safetensors, tokenizer, generation config, README.md)."),
+    base: Optional[str] = typer.Option(None, "--base", help="Base model to merge into (default: the one recorded at training)."),
+    push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Hub repo id to upload to (token from HF_TOKEN)."),
+    private: bool = typer.Option(False, "--private", help="Create the hub repo private."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Write the upload plan (files, sizes, hashes, commit message) instead of uploading."),
+    commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Hub commit message."),
+) -> None:
+    """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card; optionally upload."""
+    from bencao.training.export import export, push
+
+    exported = export(model, out, base=base)
+    typer.echo(f"exported {exported.kind} to {out}")
+    if push_to_hub or dry_run:
+        plan_path = push(out, push_to_hub or "<repo>", private=private, dry_run=dry_run or not push_to_hub, commit_message=commit_message)
+        if plan_path:
+            typer.echo(f"upload plan written to {plan_path}")
+
+
+def mount(app: typer.Typer) -> None:
+    app.add_typer(train_app, name="train")
+    app.command("export")(export_cmd)

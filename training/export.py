@@ -1,0 +1,181 @@
+"""Export a trained model: merge LoRA into the unquantised base on CPU, save safetensors, tokenizer,
+generation config and a model card; upload to a hub repo (or write the exact upload plan).
+
+Works for both outputs of ``bencao train``: the causal LM (``sft``) and the sentence-transformer
+embedder (``embedder``), with or without a LoRA adapter. The base model is the one recorded at
+training time (``bencao_training.json``) unless ``--base`` names another copy of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bencao.errors import BencaoError, ConfigError
+from bencao.io import atomic_write_json, file_hash
+from bencao.training.model_card import render_card
+
+SUMMARY_FILE = "bencao_training.json"
+PLAN_SUFFIX = ".upload-plan.json"
+
+
+@dataclass
+class Exported:
+    kind: str  # "causal-lm" or "sentence-transformer"
+    out: Path
+    merged: bool
+    base_model: str | None
+
+
+def _summary(model_dir: Path) -> dict[str, Any]:
+    p = model_dir / SUMMARY_FILE
+    return json.loads(p.read_text(encoding="utf-8")) if p.exists() else {}
+
+
+def _adapter_base(model_dir: Path, base: str | None, summary: dict[str, Any]) -> str:
+    cfg = json.loads((model_dir / "adapter_config.json").read_text(encoding="utf-8"))
+    chosen = base or summary.get("base_model") or cfg.get("base_model_name_or_path")
+    if not chosen:
+        raise ConfigError(f"{model_dir}: the adapter does not record its base model; pass --base")
+    return str(chosen)
+
+
+def _refuse_quantised(base: str) -> None:
+    """Merging into 4/8-bit weights corrupts the result (LLaMA-Factory #2771): the base must be unquantised."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(base)
+    if getattr(cfg, "quantization_config", None):
+        raise BencaoError(f"{base}: the base model is quantised; merge into the unquantised (bf16/fp16/fp32) base instead")
+
+
+def merge_causal_lm(model_dir: Path, base: str | None, summary: dict[str, Any]):
+    """(merged model, base id): the adapter merged into a full-precision CPU copy of the base."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if not (model_dir / "adapter_config.json").exists():
+        return AutoModelForCausalLM.from_pretrained(model_dir, dtype="auto"), summary.get("base_model"), False
+    from peft import PeftModel
+
+    from bencao.training.sft import check_adapter_nonempty
+
+    check_adapter_nonempty(model_dir)
+    base_id = _adapter_base(model_dir, base, summary)
+    _refuse_quantised(base_id)
+    model = AutoModelForCausalLM.from_pretrained(base_id, dtype="auto", device_map={"": "cpu"})
+    if model.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise BencaoError(f"{base_id}: unexpected dtype {model.dtype} for a merge")
+    merged = PeftModel.from_pretrained(model, str(model_dir)).merge_and_unload()
+    return merged, base_id, True
+
+
+def merge_sentence_transformer(model_dir: Path, base: str | None, summary: dict[str, Any]):
+    """(model, base id, merged?): LoRA layers of a sentence-transformer folded into their base layers."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    from sentence_transformers import SentenceTransformer
+
+    has_adapter = (model_dir / "adapter_config.json").exists()
+    if has_adapter:
+        from bencao.training.sft import check_adapter_nonempty
+
+        check_adapter_nonempty(model_dir)
+    if has_adapter and base:
+        model = SentenceTransformer(base, device="cpu")
+        model.load_adapter(str(model_dir))
+    else:
+        model = SentenceTransformer(str(model_dir), device="cpu")
+    if not has_adapter:
+        return model, summary.get("base_model"), False
+    merged_any = False
+    for module in model.modules():
+        inner = getattr(module, "auto_model", None)
+        if inner is None or not getattr(inner, "_hf_peft_config_loaded", False):
+            continue
+        for name, sub in list(inner.named_modules()):
+            if isinstance(sub, BaseTunerLayer):
+                sub.merge()
+                parent = inner.get_submodule(name.rsplit(".", 1)[0]) if "." in name else inner
+                setattr(parent, name.rsplit(".", 1)[-1], sub.get_base_layer())
+                merged_any = True
+        inner._hf_peft_config_loaded = False
+        if hasattr(inner, "peft_config"):
+            del inner.peft_config
+    if not merged_any:
+        raise BencaoError(f"{model_dir}: adapter_config.json is present but no LoRA layer was loaded")
+    return model, base or summary.get("base_model"), True
+
+
+def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> Exported:
+    """Write the merged, self-contained model and its model card to ``out`` (replaced atomically)."""
+    model_dir, out = Path(model_dir), Path(out)
+    if not model_dir.is_dir():
+        raise ConfigError(f"{model_dir}: not a directory")
+    summary = _summary(model_dir)
+    kind = "sentence-transformer" if (model_dir / "modules.json").exists() else "causal-lm"
+    tmp = out.with_name(f".{out.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    if kind == "causal-lm":
+        from transformers import AutoTokenizer, GenerationConfig
+
+        model, base_id, merged = merge_causal_lm(model_dir, base, summary)
+        tok = AutoTokenizer.from_pretrained(model_dir)
+        if (model_dir / "generation_config.json").exists():
+            model.generation_config = GenerationConfig.from_pretrained(model_dir)
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+        model.generation_config.save_pretrained(tmp)
+    else:
+        model, base_id, merged = merge_sentence_transformer(model_dir, base, summary)
+        model.save_pretrained(str(tmp), safe_serialization=True)
+    if not any(tmp.glob("*.safetensors")):
+        raise BencaoError(f"{model_dir}: export wrote no safetensors weights")
+    card = render_card(kind, summary, base_id, merged=merged, model_name=out.name)
+    (tmp / "README.md").write_text(card, encoding="utf-8")
+    atomic_write_json(tmp / SUMMARY_FILE, {**summary, "exported_from": str(model_dir), "merged": merged})
+    if out.exists():
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return Exported(kind=kind, out=out, merged=merged, base_model=base_id)
+
+
+def upload_plan(folder: Path, repo: str, private: bool, commit_message: str) -> dict[str, Any]:
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return {
+        "repo_id": repo,
+        "repo_type": "model",
+        "private": private,
+        "commit_message": commit_message,
+        "files": [
+            {"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": file_hash(p)} for p in files
+        ],
+    }
+
+
+def push(folder: str | Path, repo: str, private: bool = False, dry_run: bool = False, commit_message: str | None = None) -> Path | None:
+    """Upload ``folder`` to ``repo`` with huggingface_hub, or (dry run) write ``<folder>.upload-plan.json``."""
+    folder = Path(folder)
+    summary = _summary(folder)
+    message = commit_message or f"bencao export of {summary.get('kind', 'model')} fine-tuned from {summary.get('base_model', 'a base model')}"
+    plan = upload_plan(folder, repo, private, message)
+    if dry_run:
+        path = folder.with_name(folder.name + PLAN_SUFFIX)
+        atomic_write_json(path, plan)
+        return path
+    token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
+    if not token:
+        raise ConfigError("--push-to-hub needs a token in HF_TOKEN (or use --dry-run)")
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        raise ConfigError("HF_HUB_OFFLINE is set: cannot upload (unset it, or use --dry-run)")
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=token)
+    api.create_repo(repo, repo_type="model", private=private, exist_ok=True)
+    api.upload_folder(folder_path=str(folder), repo_id=repo, repo_type="model", commit_message=message)
+    return None

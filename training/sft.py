@@ -1,0 +1,327 @@
+"""Supervised fine-tuning of the chain-of-thought model (trl ``SFTTrainer`` + peft LoRA, or full).
+
+One file, three ways to run it (the shape of trl's ``trl/scripts/sft.py``)::
+
+    python -m bencao.training.sft --config configs/sft/tiny/lora_cpu.yaml max_steps=20
+    torchrun --nproc_per_node 2 -m bencao.training.sft --config ...
+    accelerate launch --config_file configs/accelerate/zero2.yaml -m bencao.training.sft --config ...
+
+``bencao train sft`` builds the ``accelerate launch`` line for you (see ``launch.py``).
+
+The recipe is one flat YAML mapping over three dataclasses: ``SFTScriptArguments`` (data files),
+trl's ``SFTConfig`` (every ``TrainingArguments`` key: learning_rate, max_steps, deepspeed, ...) and
+trl's ``ModelConfig`` (model_name_or_path, dtype, use_peft, lora_*). Defaults that differ from trl:
+``assistant_only_loss: true``, ``lora_target_modules: all-linear``, ``report_to: none``,
+``bf16: auto`` and ``resume_from_checkpoint: auto`` (continue from the last checkpoint in
+``output_dir`` when there is one). For ChatML tokenizers (Qwen) the EOS is ``<|im_end|>`` in the
+tokenizer, the model config and ``generation_config.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from bencao.errors import BencaoError, ConfigError
+
+log = logging.getLogger(__name__)
+
+SUMMARY_FILE = "bencao_training.json"
+CHATML_EOS = "<|im_end|>"
+
+
+@dataclass
+class SFTScriptArguments:
+    """Where the conversational data comes from (see ``bencao.training.data``)."""
+
+    train_file: str | None = field(
+        default=None,
+        metadata={"help": "Training set: JSONL of {'messages': [...]} records, or a datasets dir saved with save_to_disk."},
+    )
+    eval_file: str | None = field(
+        default=None, metadata={"help": "Held-out set in the same format; its loss is reported and goes into the model card."}
+    )
+    train_split: str = field(default="train", metadata={"help": "Split to read when train_file is a saved DatasetDict."})
+    eval_split: str = field(default="eval", metadata={"help": "Split to read when eval_file is a saved DatasetDict."})
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "Tokenizer id or path; defaults to model_name_or_path."}
+    )
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training records."})
+    check_adapter: bool = field(
+        default=True, metadata={"help": "After saving, fail if the LoRA adapter file is missing or holds empty tensors."}
+    )
+
+
+def dataclass_types() -> tuple[type, ...]:
+    from trl import ModelConfig, SFTConfig
+
+    return (SFTScriptArguments, SFTConfig, ModelConfig)
+
+
+def make_parser():
+    """The trl parser over this script's dataclasses (for ``--help`` and trl-style ``--key value`` use)."""
+    from trl import TrlParser
+
+    return TrlParser(dataclass_types(), prog="bencao.training.sft")
+
+
+def recipe_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    data.setdefault("assistant_only_loss", True)
+    data.setdefault("report_to", "none")
+    data.setdefault("resume_from_checkpoint", "auto")
+    if data.get("use_peft"):
+        data.setdefault("lora_target_modules", "all-linear")
+    return data
+
+
+def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any]:
+    """(script_args, training_args, model_args) from a YAML recipe and ``key=value`` overrides."""
+    from bencao.training.args import parse_recipe, recipe_dict, resolve_shipped
+
+    data = recipe_defaults(recipe_dict(config, overrides))
+    if isinstance(data.get("deepspeed"), str) and data["deepspeed"]:
+        data["deepspeed"] = str(resolve_shipped(data["deepspeed"], "configs/deepspeed", (".json",)))
+    if isinstance(data.get("lora_target_modules"), str):
+        data["lora_target_modules"] = [data["lora_target_modules"]]
+    script_args, training_args, model_args = parse_recipe(dataclass_types(), data, str(config or "config"))
+    if not model_args.model_name_or_path:
+        raise ConfigError(f"{config or 'config'}: model_name_or_path is required")
+    if not script_args.train_file:
+        raise ConfigError(f"{config or 'config'}: train_file is required")
+    return script_args, training_args, model_args
+
+
+def resolve_resume(value: str | None, output_dir: str) -> str | None:
+    """``auto`` → the last ``checkpoint-N`` in ``output_dir`` (None when there is none); a path is kept."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if value is None or str(value).lower() in ("", "none", "false", "no"):
+        return None
+    if str(value).lower() in ("auto", "last", "true"):
+        return get_last_checkpoint(output_dir) if Path(output_dir).is_dir() else None
+    if not Path(value).is_dir():
+        raise ConfigError(f"resume_from_checkpoint: {value} is not a checkpoint directory")
+    return value
+
+
+def load_tokenizer(script_args, training_args, model_args):
+    from transformers import AutoTokenizer
+
+    name = script_args.tokenizer_name_or_path or model_args.model_name_or_path
+    tok = AutoTokenizer.from_pretrained(
+        name, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+    )
+    if tok.chat_template is None and training_args.chat_template_path is None:
+        raise ConfigError(f"{name}: the tokenizer has no chat template; set chat_template_path to a .jinja file")
+    template = tok.chat_template or ""
+    if training_args.eos_token is None and CHATML_EOS in tok.get_vocab() and "<|im_start|>" in template:
+        # ChatML (Qwen): every turn ends with <|im_end|>; generation must stop there, not at <|endoftext|>.
+        training_args.eos_token = CHATML_EOS
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(training_args, model_args):
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl import get_quantization_config
+
+    kwargs: dict[str, Any] = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+    )
+    dtype = model_args.dtype
+    kwargs["dtype"] = dtype if dtype in ("auto", None) else getattr(torch, dtype)
+    quant = get_quantization_config(model_args)
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+        from accelerate import PartialState
+
+        kwargs["device_map"] = {"": PartialState().local_process_index}  # one quantised copy per process
+    if training_args.model_init_kwargs:
+        kwargs.update(training_args.model_init_kwargs)
+    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+
+
+def build_trainer(script_args, training_args, model_args):
+    """Data, tokenizer, model and an ``SFTTrainer`` ready to train (datasets already tokenised)."""
+    from trl import SFTTrainer, get_peft_config
+
+    from bencao.training.data import load_sft
+
+    train = load_sft(script_args.train_file, script_args.train_split)
+    if script_args.max_train_samples:
+        train = train.select(range(min(script_args.max_train_samples, len(train))))
+    evalset = load_sft(script_args.eval_file, script_args.eval_split) if script_args.eval_file else None
+    if evalset is None and str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO"):
+        raise ConfigError(f"eval_strategy={training_args.eval_strategy} needs eval_file")
+    tok = load_tokenizer(script_args, training_args, model_args)
+    model = load_model(training_args, model_args)
+    return SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=evalset,
+        processing_class=tok,
+        peft_config=get_peft_config(model_args),
+    )
+
+
+def check_adapter_nonempty(out_dir: str | Path) -> int:
+    """Number of adapter parameters saved in ``out_dir``; raises when the file is missing or empty.
+
+    ZeRO-3 + LoRA can save an adapter whose tensors have zero elements (trl#4416); such a model
+    silently behaves like the base model, so it must fail here, loudly.
+    """
+    from safetensors import safe_open
+
+    out_dir = Path(out_dir)
+    st = out_dir / "adapter_model.safetensors"
+    if not st.exists():
+        raise BencaoError(f"{out_dir}: no adapter_model.safetensors was written")
+    total, empty = 0, []
+    with safe_open(str(st), framework="pt") as fh:
+        keys = list(fh.keys())
+        for k in keys:
+            n = 1
+            for d in fh.get_slice(k).get_shape():
+                n *= d
+            total += n
+            if n == 0:
+                empty.append(k)
+    if not keys or empty or total == 0:
+        detail = f"{len(empty)} of {len(keys)} tensors are empty (e.g. {empty[0]})" if empty else "it holds no tensors"
+        raise BencaoError(
+            f"{st}: the saved LoRA adapter is empty: {detail}. Under ZeRO-3 set "
+            "stage3_gather_16bit_weights_on_model_save: true (configs/deepspeed/ds_z3.json) or use ZeRO-2 for LoRA"
+        )
+    return total
+
+
+def _file_info(path: str | None) -> dict[str, Any] | None:
+    from bencao.io import file_hash
+
+    if not path:
+        return None
+    p = Path(path)
+    info: dict[str, Any] = {"path": str(p)}
+    if p.is_file():
+        info["sha256"] = file_hash(p)
+    return info
+
+
+def losses(log_history: list[dict[str, Any]]) -> dict[str, float]:
+    train = [h["loss"] for h in log_history if "loss" in h]
+    out: dict[str, float] = {}
+    if train:
+        out["train_loss_first"] = float(train[0])
+        out["train_loss_last"] = float(train[-1])
+    evals = [h["eval_loss"] for h in log_history if "eval_loss" in h]
+    if evals:
+        out["eval_loss"] = float(evals[-1])
+    return out
+
+
+def summary(trainer, script_args, training_args, model_args, n_train: int, n_eval: int, metrics: dict) -> dict[str, Any]:
+    """What the model card needs: base, data, hyper-parameters, figures, template and EOS."""
+    tok = trainer.processing_class
+    hp = {
+        k: getattr(training_args, k)
+        for k in (
+            "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+            "gradient_accumulation_steps", "warmup_steps", "lr_scheduler_type", "weight_decay", "max_length",
+            "packing", "assistant_only_loss", "bf16", "gradient_checkpointing", "seed",
+        )
+    }
+    hp["lr_scheduler_type"] = str(hp["lr_scheduler_type"]).split(".")[-1].lower()
+    hp["world_size"] = training_args.world_size
+    hp["deepspeed"] = training_args.deepspeed if isinstance(training_args.deepspeed, str) else bool(training_args.deepspeed)
+    hp["method"] = "lora" if model_args.use_peft else "full"
+    if model_args.use_peft:
+        tm = model_args.lora_target_modules
+        hp.update(lora_r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
+                  lora_target_modules=tm if isinstance(tm, (str, type(None))) else list(tm))
+        hp["quantization"] = "4bit" if model_args.load_in_4bit else "8bit" if model_args.load_in_8bit else None
+    return {
+        "kind": "causal-lm",
+        "base_model": model_args.model_name_or_path,
+        "datasets": [d for d in (
+            dict(_file_info(script_args.train_file), split="train", records=n_train),
+            dict(_file_info(script_args.eval_file), split="eval", records=n_eval) if script_args.eval_file else None,
+        ) if d],
+        "hyperparameters": hp,
+        "metrics": metrics,
+        "global_step": trainer.state.global_step,
+        "eos_token": tok.eos_token,
+        "pad_token": tok.pad_token,
+    }
+
+
+def main(script_args, training_args, model_args) -> dict[str, Any]:
+    """Train, evaluate, save (adapter or full model + tokenizer + generation config) and summarise."""
+    from transformers import GenerationConfig
+
+    from bencao.io import atomic_write_json
+
+    resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
+    training_args.resume_from_checkpoint = resume
+    trainer = build_trainer(script_args, training_args, model_args)
+    if resume:
+        trainer.accelerator.print(f"resuming from {resume}")
+    result = trainer.train(resume_from_checkpoint=resume)
+    metrics = losses(trainer.state.log_history)
+    metrics["train_loss"] = float(result.training_loss)
+    if trainer.eval_dataset is not None:
+        metrics["eval_loss"] = float(trainer.evaluate()["eval_loss"])
+    out = Path(training_args.output_dir)
+    trainer.save_model(str(out))  # on every rank: ZeRO-3 gathers the weights here
+    if training_args.deepspeed:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        unset_hf_deepspeed_config()  # later from_pretrained calls must not enter zero.Init
+    trainer.accelerator.wait_for_everyone()
+    info: dict[str, Any] = {}
+    if trainer.accelerator.is_main_process:
+        tok = trainer.processing_class
+        tok.save_pretrained(str(out))
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        gen = model.generation_config if getattr(model, "generation_config", None) is not None else GenerationConfig()
+        eos = gen.eos_token_id if isinstance(gen.eos_token_id, list) else [gen.eos_token_id] if gen.eos_token_id is not None else []
+        if tok.eos_token_id not in eos:
+            eos = [tok.eos_token_id, *eos]
+        gen.eos_token_id = eos
+        gen.pad_token_id = tok.pad_token_id
+        gen.save_pretrained(str(out))
+        if model_args.use_peft and script_args.check_adapter:
+            metrics["adapter_parameters"] = check_adapter_nonempty(out)
+        n_eval = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
+        info = summary(trainer, script_args, training_args, model_args, len(trainer.train_dataset), n_eval, metrics)
+        info["resumed_from"] = resume
+        atomic_write_json(out / SUMMARY_FILE, info)
+        trainer.accelerator.print(json.dumps(metrics, ensure_ascii=False))
+    trainer.accelerator.wait_for_everyone()
+    if hasattr(trainer, "end"):
+        trainer.end()
+    return info
+
+
+def cli(argv: Sequence[str] | None = None) -> int:
+    from bencao.training.args import split_cli
+
+    config, overrides = split_cli(argv, "bencao.training.sft", "SFT of the CoT model (trl SFTTrainer, LoRA or full).")
+    try:
+        main(*parse_args(config, overrides))
+    except BencaoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
