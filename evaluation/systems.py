@@ -43,8 +43,7 @@ class EvalConfig:
     """Settings of one evaluation run (``--config FILE`` and ``--set key=value``)."""
 
     retrieval_config: str | None = field(None, help="Retrieval recipe (YAML) passed to Retriever.from_config; default: the retriever's defaults.")
-    retrieval_overrides: list[str] = field(default_factory=list, help="key=value overrides for the retrieval recipe.")
-    linking_config: str | None = field(None, help="Entity-linking recipe (YAML) for el benchmarks; default: the linker's defaults.")
+    retrieval_overrides: list[str] = field(default_factory=list, help="key=value overrides for the retrieval recipe (e.g. linking.tau=0.6 for el).")
     no_retrieval: bool = field(False, help="llm system: closed book (no evidence in the prompt).")
     evidence_max_chars: int = field(6000, help="llm system: longest evidence text put in a prompt (characters).")
     batch_size: int = field(8, help="Records handed to a system at once (the llm system sends them as one batch).")
@@ -182,7 +181,6 @@ class _GraphSystem:
         self.graph_dir = _require_graph(graph_dir, self.name)
         self.config = config
         self._retriever: Any = None
-        self._linker: Any = None
 
     @property
     def retriever(self) -> Any:
@@ -194,17 +192,8 @@ class _GraphSystem:
 
     @property
     def linker(self) -> Any:
-        if self._linker is None:
-            linking = _requires("bencao.retrieval.linking", "entity linking (el)")
-            from bencao.config import load_config
-            from bencao.retrieval.graph.store import Graph
-            from bencao.retrieval.index.build import open_indexes
-
-            graph = Graph.open(self.graph_dir, read_only=True)
-            cfg = load_config(linking.LinkingConfig, self.config.linking_config)
-            indexes = open_indexes(graph)
-            self._linker = linking.EntityLinker(graph, cfg, indexes=indexes if indexes.has_any else None)
-        return self._linker
+        """The retriever's own entity linker (configured by the retrieval recipe's ``linking`` block)."""
+        return self.retriever.linker
 
     def link(self, rec: dict[str, Any]) -> Output:
         res = self.linker.link(rec["mention"])
@@ -295,7 +284,6 @@ class LLMSystem(_GraphSystem):
         self.config = config
         self.closed_book = config.no_retrieval
         self._retriever = None
-        self._linker = None
         if not self.closed_book:
             self.graph_dir = _require_graph(graph_dir, "llm (with retrieval; --no-retrieval for closed book)")
         self.client = make_client(config.llm, default_cache=(out_dir / "llm_cache.sqlite") if out_dir else None)
