@@ -13,8 +13,8 @@ Definitions (also in the README):
 - ``el`` ``acc_at_1``: chosen id ∈ ``gold_ids``, abstentions counted wrong; ``abstain_rate``;
   ``retry_rate`` (the linker retried with generated synonyms); ``acc_at_1_answered``: accuracy
   over the non-abstained records (absent when every record abstained).
-- ``rec`` ``hits_at_1``: the top-ranked candidate is gold (ties as for sd), averaged over records
-  with a non-empty gold list; ``precision``/``recall``/``f1`` of the selected set against the gold
+- ``rec`` ``hits_at_1``: the top-ranked candidate is gold (ties and abstention as for sd), averaged
+  over records with a non-empty gold list; an abstention selects nothing; ``precision``/``recall``/``f1`` of the selected set against the gold
   set, micro-averaged over records (sums of true positives, selected and gold; 0 when a denominator
   is 0); ``*_macro``: per-record values averaged (per record: P = 0 when nothing is selected,
   R = 0 when the gold is empty, except both empty → P = R = F1 = 1).
@@ -112,12 +112,10 @@ def score_choice(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, 
     answer = set() if _abstained(pred) else set(pred.get("answer") or [])
     out = {"accuracy": float(answer == gold), "abstained": float(_abstained(pred))}
     if rec["task"] == "sd":
-        if _abstained(pred):
-            out.update(top1=0.0, top3=0.0, top5=0.0)
-        else:
-            groups = tie_groups(list(rec["options"]), pred.get("ranking"), pred.get("scores"))
-            for k in (1, 3, 5):
-                out[f"top{k}"] = topk_credit(groups, gold, k)
+        ranked = bool(pred and (pred.get("ranking") or pred.get("scores")))
+        groups = tie_groups(list(rec["options"]), pred.get("ranking"), pred.get("scores")) if ranked else []
+        for k in (1, 3, 5):
+            out[f"top{k}"] = topk_credit(groups, gold, k) if ranked else 0.0
     return out
 
 
@@ -138,13 +136,12 @@ def score_el(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, floa
 
 def score_rec(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, float]:
     gold = set(rec["gold"])
-    if _abstained(pred):
-        selected: set[str] = set()
-        hit = 0.0
-    else:
+    selected: set[str] = set()
+    if not _abstained(pred):
         selected = {s for s in (pred.get("selected") or []) if s in rec["candidates"]}
-        groups = tie_groups(list(rec["candidates"]), pred.get("ranking"), pred.get("scores"))
-        hit = topk_credit(groups, gold, 1) if pred.get("ranking") or pred.get("scores") else 0.0
+    hit = 0.0
+    if pred and (pred.get("ranking") or pred.get("scores")):  # the ranking counts even when selection abstained
+        hit = topk_credit(tie_groups(list(rec["candidates"]), pred.get("ranking"), pred.get("scores")), gold, 1)
     tp = len(selected & gold)
     if not selected and not gold:
         p = r = f = 1.0

@@ -57,13 +57,16 @@ def test_sd_topk_multi_gold_ties_and_abstention():
         {"answer": ["C"], "ranking": list("CABDEFGHIJ")},                                   # top1
         {"answer": ["A"], "ranking": list("AEJ") + list("BCDFGHI")},                        # J at 3: top3, top5
         {"answer": [], "ranking": list("ABCDEFGHIJ"), "scores": {k: 0.0 for k in "ABCDEFGHIJ"}},  # all tied: chance
-        {"answer": ["A"], "ranking": list("ABCDEFGHIJ"), "abstained": True},                # abstained: 0
+        {"answer": ["A"], "ranking": list("ABCDEFGHIJ"), "abstained": True},                # abstained: ranking counts, answer not
+        {"answer": [], "abstained": True},                                                  # no ranking: 0
     ]
+    recs.append(choice(5, ["A"], "sd"))
     m = aggregate(recs, preds, n_resamples=0)
-    assert m["top1"] == pytest.approx((1 + 0 + 0.1 + 0) / 4)
-    assert m["top3"] == pytest.approx((1 + 1 + 0.3 + 0) / 4)
-    assert m["top5"] == pytest.approx((1 + 1 + 0.5 + 0) / 4)
-    assert m["accuracy"] == pytest.approx(1 / 4)
+    assert m["top1"] == pytest.approx((1 + 0 + 0.1 + 1 + 0) / 5)
+    assert m["top3"] == pytest.approx((1 + 1 + 0.3 + 1 + 0) / 5)
+    assert m["top5"] == pytest.approx((1 + 1 + 0.5 + 1 + 0) / 5)
+    assert m["accuracy"] == pytest.approx(1 / 5)
+    assert m["abstain_rate"] == pytest.approx(2 / 5)
 
 
 def test_tf_accuracy_and_abstentions():
@@ -103,10 +106,10 @@ def test_rec_hits_precision_recall_f1_micro_and_macro_with_empty_sets():
         {"ranking": ["a", "c", "b", "d"], "selected": ["a", "c", "b"]},        # hit; tp 2 / sel 3 / gold 2
         {"ranking": ["a", "b", "c", "d"], "scores": {"a": 1, "b": 1, "c": 1, "d": 0}, "selected": []},  # c tied 1 of 3; nothing selected
         {"ranking": ["a", "b", "c", "d"], "selected": []},                       # empty gold, empty selection: perfect, not in hits
-        {"ranking": ["d"], "selected": ["d", "zz"], "abstained": True},         # abstained: nothing selected, no hit
+        {"ranking": ["d"], "selected": ["d", "zz"], "abstained": True},         # abstained: nothing selected; ranking still hits
     ]
     m = aggregate(recs, preds, n_resamples=0)
-    assert m["hits_at_1"] == pytest.approx((1 + 1 / 3 + 0) / 3)  # over the 3 records with gold
+    assert m["hits_at_1"] == pytest.approx((1 + 1 / 3 + 1) / 3)  # over the 3 records with gold
     assert m["precision"] == pytest.approx(2 / 3)                # 2 TP / 3 selected
     assert m["recall"] == pytest.approx(2 / 4)                   # 2 TP / 4 gold
     assert m["f1"] == pytest.approx(2 * (2 / 3) * 0.5 / (2 / 3 + 0.5))
