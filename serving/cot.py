@@ -30,7 +30,6 @@ class CotConfig:
 
     llm: LLMConfig | None = field(None, help="The CoT model (bencao.llm LLMConfig: backend local-hf + a local path, or openai + base_url); null = no CoT model.")
     max_triples: int = field(8, help="Query triples kept from one reply.")
-    max_tokens: int = field(512, help="Longest CoT reply in tokens.")
 
 
 def cot_messages(question: str) -> list[dict[str, str]]:
@@ -129,7 +128,7 @@ class CotDecomposer:
         """``[{triples, reasoning, error}]`` per question; a failed request leaves ``triples`` empty."""
         from bencao.llm import LLMError
 
-        replies = self.client.complete_many([cot_messages(q) for q in questions], max_tokens=self.cfg.max_tokens)
+        replies = self.client.complete_many([cot_messages(q) for q in questions])
         out = []
         for r in replies:
             if isinstance(r, LLMError):

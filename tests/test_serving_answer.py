@@ -120,3 +120,16 @@ def test_cot_prompt_is_the_sft_training_form():
     assert zh[0]["content"] == SYSTEM["zh"] and zh[1]["content"].endswith(ASK["triples"]["zh"])
     en = cot_messages("What does ginger treat?")
     assert en[0]["content"] == SYSTEM["en"] and en[1]["content"] == "What does ginger treat?\n\n" + ASK["triples"]["en"]
+
+
+def test_shipped_serving_recipes_load(repo):
+    from bencao.serving.config import load_serve_config
+
+    recipes = sorted((repo / "configs" / "serving").glob("*.yaml"))
+    assert {r.stem for r in recipes} >= {"default", "local", "endpoint"}
+    for r in recipes:
+        cfg = load_serve_config(r)
+        assert cfg.api.max_concurrency >= 1 and cfg.infer.batch_size >= 1
+    assert load_serve_config(repo / "configs/serving/default.yaml").generator is None
+    local = load_serve_config(repo / "configs/serving/local.yaml", ["api.port=9000"])
+    assert local.cot.llm.backend == "local-hf" and local.api.port == 9000

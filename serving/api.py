@@ -1,0 +1,361 @@
+"""The HTTP API (FastAPI): OpenAI-compatible chat completions, evidence retrieval, the web page.
+
+Routes:
+
+- ``POST /v1/chat/completions``: OpenAI-compatible. The last user message is the question; the
+  reply's message carries the answer with ``[n]`` citations (and, with ``answer.append_sources``,
+  a sources list); the extra top-level fields ``citations``, ``evidence``, ``query_triples`` and
+  ``timings`` carry the rest. ``stream: true`` sends server-sent events in OpenAI's chunk format
+  (the answer is computed first, then streamed in pieces; the last chunk carries the citations).
+- ``POST /v1/retrieve``: ``{"question", "query_triples"?, "use_cot"?, "options"?}`` → Evidence JSON.
+- ``GET /v1/models``, ``GET /healthz``; ``GET /`` serves the web page (``serving/web``).
+
+Limits: a bearer API key on ``/v1/*`` when one is configured (401 otherwise); bodies over
+``max_body_bytes`` get 413; at most ``max_concurrency`` requests are answered at once and
+``max_queue`` more wait, beyond which a request gets 429 at once; a request that waited longer than
+``queue_timeout_s`` gets 503. Errors are OpenAI-style ``{"error": {"message", "type", "code"}}``.
+"""
+
+# (no `from __future__ import annotations`: FastAPI must see the request types, imported in create_app)
+
+import asyncio
+import hmac
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from bencao.config import field
+from bencao.errors import BencaoError
+
+WEB_DIR = Path(__file__).with_name("web")
+
+
+@dataclass
+class ApiConfig:
+    """HTTP server settings and request limits."""
+
+    host: str = field("127.0.0.1", help="Interface to listen on (0.0.0.0 exposes the service to the network).")
+    port: int = field(8000, help="TCP port.")
+    api_key_env: str = field("BENCAO_API_KEY", help="Environment variable holding the bearer API key; when it is set (or --api-key is given) /v1/* requires it.")
+    max_body_bytes: int = field(1_048_576, help="Largest request body accepted; bigger bodies get 413.")
+    max_concurrency: int = field(2, help="Requests answered at the same time.")
+    max_queue: int = field(16, help="Requests allowed to wait for a free slot; more get 429 at once.")
+    queue_timeout_s: float = field(60.0, help="Longest wait for a free slot before 503.")
+    max_messages: int = field(64, help="Most chat messages accepted in one request.")
+    max_question_chars: int = field(4000, help="Longest question (last user message) accepted, in characters.")
+    stream_chunk_chars: int = field(24, help="Characters per streamed chunk when stream=true.")
+    web: bool = field(True, help="Serve the web page at /.")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, type_: str = "invalid_request_error", code: str | None = None,
+                 param: str | None = None, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.type = type_
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+# --------------------------------------------------------------------------- limits
+
+
+class SlotLimiter:
+    """At most ``slots`` holders; ``queue`` more may wait; anything beyond is refused at once."""
+
+    def __init__(self, slots: int, queue: int, timeout_s: float):
+        self.slots = max(1, slots)
+        self.queue = max(0, queue)
+        self.timeout_s = timeout_s
+        self._sem = asyncio.Semaphore(self.slots)
+        self.active = 0
+        self.waiting = 0
+
+    async def acquire(self) -> None:
+        if self.active + self.waiting >= self.slots + self.queue:
+            raise ApiError(429, f"too many requests: {self.active} being answered and {self.waiting} waiting; retry shortly",
+                           "rate_limit_error", "rate_limit_exceeded", headers={"Retry-After": "1"})
+        self.waiting += 1
+        try:
+            await asyncio.wait_for(self._sem.acquire(), timeout=self.timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(503, f"server busy: no free slot within {self.timeout_s:g}s; retry later", "server_error",
+                           "server_overloaded", headers={"Retry-After": "5"}) from None
+        finally:
+            self.waiting -= 1
+        self.active += 1
+
+    def release(self) -> None:
+        self.active -= 1
+        self._sem.release()
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI: refuses bodies over ``limit`` bytes with 413, by Content-Length or by counting."""
+
+    def __init__(self, app: Any, limit: int):
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await self._reply(send, 400, error_body("invalid Content-Length header", "invalid_request_error"))
+                    return
+                if declared > self.limit:
+                    await self._reply(send, 413, self._too_large(declared))
+                    return
+        # Read the body (chunked uploads have no Content-Length) up to the limit, then replay it.
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                return
+            body = msg.get("body", b"")
+            size += len(body)
+            if size > self.limit:
+                await self._reply(send, 413, self._too_large(size, at_least=True))
+                return
+            chunks.append(body)
+            if not msg.get("more_body"):
+                break
+        data = b"".join(chunks)
+        sent = False
+
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+    def _too_large(self, size: int, at_least: bool = False) -> dict[str, Any]:
+        what = f"at least {size:,}" if at_least else f"{size:,}"
+        return error_body(f"request body is {what} bytes, over the limit of {self.limit:,} bytes", "invalid_request_error",
+                          "request_too_large")
+
+    @staticmethod
+    async def _reply(send: Any, status: int, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode("utf-8")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+
+# --------------------------------------------------------------------------- app
+
+
+def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
+    key = explicit if explicit is not None else os.environ.get(cfg.api_key_env)
+    return key or None
+
+
+def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None = None) -> Any:
+    """The FastAPI app over a loaded :class:`bencao.serving.pipeline.AnswerPipeline` (or any object
+    with ``answer``, ``retrieve_dict``, ``model_name`` and ``info``)."""
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+    from pydantic import BaseModel, ConfigDict, Field
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException as StarletteHTTPException
+
+    cfg = cfg or ApiConfig()
+    limiter = SlotLimiter(cfg.max_concurrency, cfg.max_queue, cfg.queue_timeout_s)
+    started = time.time()
+
+    class ContentPart(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        type: str
+        text: Optional[str] = None
+
+    class ChatMessage(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        role: Literal["system", "user", "assistant", "tool", "developer", "function"]
+        content: Union[str, list[ContentPart], None] = None
+
+    class ChatRequest(BaseModel):
+        model_config = ConfigDict(extra="allow")
+        model: Optional[str] = None
+        messages: list[ChatMessage] = Field(min_length=1)
+        stream: bool = False
+        temperature: Optional[float] = Field(None, ge=0, le=2)
+        top_p: Optional[float] = Field(None, gt=0, le=1)
+        max_tokens: Optional[int] = Field(None, ge=1, le=32768)
+        max_completion_tokens: Optional[int] = Field(None, ge=1, le=32768)
+        seed: Optional[int] = None
+        n: Optional[int] = Field(None, ge=1, le=1)
+
+    class RetrieveRequest(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        question: str
+        query_triples: Optional[list[Union[list[str], dict[str, str]]]] = None
+        use_cot: bool = True
+        options: Optional[list[str]] = None
+
+    app = FastAPI(title="bencao", description="Answers about TCM, foods and dietary supplements with traceable evidence.",
+                  version="1", docs_url="/docs", redoc_url=None)
+    app.state.pipeline = pipeline
+    app.state.limiter = limiter
+
+    @app.exception_handler(ApiError)
+    async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(error_body(exc.message, exc.type, exc.code, exc.param), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        loc = ".".join(str(p) for p in first.get("loc", ()) if p != "body")
+        msg = first.get("msg", "invalid request")
+        if first.get("type") == "json_invalid":
+            msg = f"request body is not valid JSON ({first.get('ctx', {}).get('error', msg)})"
+        elif loc:
+            msg = f"{loc}: {msg}"
+        more = f" (and {len(errs) - 1} more problem(s))" if len(errs) > 1 else ""
+        return JSONResponse(error_body(msg + more, "invalid_request_error", "invalid_request", loc or None), status_code=400)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
+        return JSONResponse(error_body(str(exc.detail), type_, str(exc.status_code)), status_code=exc.status_code)
+
+    def check_key(request: Request) -> None:
+        if not api_key:
+            return
+        auth = request.headers.get("authorization", "")
+        scheme, _, token = auth.partition(" ")
+        if not auth:
+            raise ApiError(401, "missing API key: send 'Authorization: Bearer <key>'", "authentication_error", "missing_api_key",
+                           headers={"WWW-Authenticate": "Bearer"})
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
+            raise ApiError(401, "incorrect API key", "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    async def run_limited(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        await limiter.acquire()
+        try:
+            return await run_in_threadpool(fn, *args, **kwargs)
+        except BencaoError as exc:
+            raise ApiError(400, str(exc)) from None
+        finally:
+            limiter.release()
+
+    def question_of(req: ChatRequest) -> str:
+        users = [m for m in req.messages if m.role == "user"]
+        if not users:
+            raise ApiError(400, "messages: no user message; the last user message is the question", param="messages")
+        content = users[-1].content
+        if isinstance(content, list):
+            content = "\n".join(p.text or "" for p in content if p.type == "text")
+        q = (content or "").strip()
+        if not q:
+            raise ApiError(400, "the question (last user message) is empty", param="messages", code="empty_question")
+        if len(q) > cfg.max_question_chars:
+            raise ApiError(400, f"the question is {len(q):,} characters, over the limit of {cfg.max_question_chars:,}",
+                           param="messages", code="question_too_long")
+        return q
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok", **pipeline.info(), "uptime_s": round(time.time() - started, 1),
+                "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key)}
+
+    @app.get("/v1/models")
+    async def models(request: Request) -> dict[str, Any]:
+        check_key(request)
+        return {"object": "list", "data": [{"id": pipeline.model_name, "object": "model", "created": int(started), "owned_by": "bencao"}]}
+
+    @app.post("/v1/retrieve")
+    async def retrieve(request: Request, body: RetrieveRequest) -> dict[str, Any]:
+        check_key(request)
+        q = body.question.strip()
+        if not q:
+            raise ApiError(400, "question is empty", param="question", code="empty_question")
+        if len(q) > cfg.max_question_chars:
+            raise ApiError(400, f"question is {len(q):,} characters, over the limit of {cfg.max_question_chars:,}", param="question")
+        triples = None
+        if body.query_triples is not None:
+            triples = [t if isinstance(t, dict) else dict(zip(("head", "relation", "tail"), t)) for t in body.query_triples]
+            if any(len(t) != 3 for t in triples):
+                raise ApiError(400, "query_triples: each triple needs head, relation and tail", param="query_triples")
+        return await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request, body: ChatRequest) -> Any:
+        check_key(request)
+        if len(body.messages) > cfg.max_messages:
+            raise ApiError(400, f"messages: {len(body.messages)} messages, over the limit of {cfg.max_messages}", param="messages")
+        q = question_of(body)
+        params = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("seed", body.seed),
+                                     ("max_tokens", body.max_tokens or body.max_completion_tokens)) if v is not None}
+        res = await run_limited(pipeline.answer, q, **params)
+        content = res["answer"]
+        if getattr(getattr(pipeline, "cfg", None), "answer", None) is None or pipeline.cfg.answer.append_sources:
+            from bencao.serving.answer import sources_block
+
+            block = sources_block(q, res.get("citations") or [], getattr(getattr(pipeline, "cfg", None), "answer", None))
+            if block:
+                content = f"{content}\n\n{block}"
+        cid = "chatcmpl-" + uuid.uuid4().hex[:24]
+        created = int(time.time())
+        extra = {"citations": res.get("citations", []), "references": res.get("references", []), "evidence": res.get("evidence"), "query_triples": res.get("query_triples"),
+                 "abstained": res.get("abstained"), "own_answer": res.get("own_answer"), "answered_by": res.get("answered_by"),
+                 "timings": res.get("timings")}
+        usage = res.get("usage") or {}
+        if not body.stream:
+            return {
+                "id": cid, "object": "chat.completion", "created": created, "model": pipeline.model_name,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}],
+                "usage": {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0),
+                          "total_tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)},
+                **extra,
+            }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
+            obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": pipeline.model_name,
+                   "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **more}
+            return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
+
+        def events() -> Any:
+            yield chunk({"role": "assistant", "content": ""})
+            step = max(1, cfg.stream_chunk_chars)
+            for i in range(0, len(content), step):
+                yield chunk({"content": content[i : i + step]})
+            yield chunk({}, "stop", **extra)
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    if cfg.web and WEB_DIR.is_dir():
+        from fastapi.staticfiles import StaticFiles
+
+        app.mount("/static", StaticFiles(directory=WEB_DIR), name="static")
+
+        @app.get("/", include_in_schema=False)
+        async def index() -> Any:
+            return FileResponse(WEB_DIR / "index.html", media_type="text/html")
+
+    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes)
+    return app

@@ -1,0 +1,131 @@
+"""The answer pipeline with a generator and a CoT model: a tiny local transformers model (real
+generation, noise text) for the plumbing; a scripted endpoint where exact replies are needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bencao.llm import LLMConfig
+from bencao.serving.answer import not_in_kb
+from bencao.serving.pipeline import AnswerPipeline, PipelineConfig
+from llm_fixtures import ScriptedClient, save_tiny_model
+from serving_helpers import serving_graph
+
+ZH = "大枣的性味是什么？"
+NOTHING = "What is quinoa?"  # this graph holds no English text: empty evidence
+
+
+class Recording:
+    """Delegates to a real object and records the calls of one method."""
+
+    def __init__(self, inner: Any, method: str):
+        self.inner = inner
+        self.calls: list[tuple[tuple, dict]] = []
+        setattr(self, method, self._record(getattr(inner, method)))
+
+    def _record(self, fn):
+        def wrapper(*args, **kwargs):
+            self.calls.append((args, kwargs))
+            return fn(*args, **kwargs)
+        return wrapper
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    return serving_graph(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def retriever(graph):
+    from bencao.retrieval.search import Retriever
+
+    return Retriever.from_config(graph)
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-qwen"))
+
+
+def test_local_transformers_generator_gets_numbered_evidence_and_abstains_on_empty(graph, retriever, tiny_path):
+    cfg = PipelineConfig(generator=LLMConfig(backend="local-hf", model=tiny_path, max_tokens=8, temperature=0.0, device="cpu"))
+    pipe = AnswerPipeline(graph, cfg, retriever=retriever)
+    pipe.generator = gen = Recording(pipe.generator, "complete_many")
+    res, empty = pipe.answer_many([ZH, NOTHING])
+
+    assert len(gen.calls) == 1  # one batch, and nothing sent for the question without evidence
+    (batch,), _ = gen.calls[0]
+    assert len(batch) == 1
+    prompt = batch[0][1]["content"]
+    ev = res["evidence"]
+    first = ev["snippets"][0]
+    assert f"[1] {' › '.join(first['path'])}: " in prompt and ZH in prompt
+    assert f"[{len(ev['snippets'])}] " in prompt
+    assert res["answered_by"] == f"generator:{tiny_path}" and res["abstained"] is False
+    assert isinstance(res["answer"], str) and res["timings"]["generate_s"] >= 0
+    assert res["references"][0]["snippet_id"] == first["id"]
+
+    assert empty["abstained"] is True and empty["answer"] == not_in_kb(NOTHING) and empty["citations"] == []
+    assert empty["own_answer"] is None
+
+
+def test_own_answer_is_added_only_when_configured_and_marked(graph, retriever, tiny_path):
+    cfg = PipelineConfig(generator=LLMConfig(backend="local-hf", model=tiny_path, max_tokens=6, temperature=0.0, device="cpu"))
+    cfg.answer.own_answer = True
+    pipe = AnswerPipeline(graph, cfg, retriever=retriever)
+    res = pipe.answer(NOTHING)
+    assert res["abstained"] is True and res["own_answer"] is not None
+    assert res["answer"].startswith(not_in_kb(NOTHING) + "\n\n[The model's own answer, not from the knowledge base")
+
+
+def test_citations_are_parsed_from_the_generator_reply(graph, retriever):
+    scripted = ScriptedClient(lambda msgs: "大枣味甘，性平[2]；又见[1][99]。")
+    cfg = PipelineConfig()
+    pipe = AnswerPipeline(graph, cfg, retriever=retriever, generator=scripted)
+    res = pipe.answer(ZH)
+    snips = res["evidence"]["snippets"]
+    assert [c["n"] for c in res["citations"]] == [2, 1]
+    assert [c["snippet_id"] for c in res["citations"]] == [snips[1]["id"], snips[0]["id"]]
+    assert res["citations"][0]["path"] == snips[1]["path"] and res["invalid_citations"] == [99]
+    assert res["usage"]["completion_tokens"] > 0
+
+
+def test_cot_endpoint_triples_drive_retrieval(graph, retriever):
+    """The CoT model behind an OpenAI-compatible endpoint (loopback) decomposes the question."""
+    from bencao.llm.local_server import create_app, serve_in_thread
+
+    cot_model = ScriptedClient(lambda msgs: "大枣是果部上品。\n（大枣，性味，甘）\n（大枣，功效，安中养脾）", model="cot-7b")
+    with serve_in_thread(create_app(cot_model)) as base_url:
+        cfg = PipelineConfig()
+        cfg.cot.llm = LLMConfig(backend="openai", model="cot-7b", base_url=base_url, max_retries=0, timeout_s=30)
+        pipe = AnswerPipeline(graph, cfg, retriever=Recording(retriever, "retrieve"))
+        res = pipe.answer(ZH)
+        ret = pipe.retrieve_dict(ZH)
+    assert res["query_triples"] == [{"head": "大枣", "relation": "性味", "tail": "甘"},
+                                    {"head": "大枣", "relation": "功效", "tail": "安中养脾"}]
+    assert ret["query_triples"] == res["query_triples"]
+    for args, kwargs in pipe.retriever.calls:
+        assert kwargs["query_triples"] == [("大枣", "性味", "甘"), ("大枣", "功效", "安中养脾")]
+    assert "大枣的性味是什么？" in cot_model.calls[0][1]["content"]
+    assert res["timings"]["cot_s"] > 0 and res["answered_by"] == "graph"
+
+
+def test_without_cot_model_retrieval_starts_from_the_question(graph, retriever):
+    pipe = AnswerPipeline(graph, PipelineConfig(), retriever=Recording(retriever, "retrieve"))
+    res = pipe.answer(ZH)
+    assert res["query_triples"] is None
+    assert pipe.retriever.calls and pipe.retriever.calls[0][1].get("query_triples") is None
+
+
+def test_local_cot_model_runs_in_the_loop(graph, retriever, tiny_path):
+    cfg = PipelineConfig()
+    cfg.cot.llm = LLMConfig(backend="local-hf", model=tiny_path, max_tokens=8, temperature=0.0, device="cpu")
+    pipe = AnswerPipeline(graph, cfg, retriever=retriever)
+    out = pipe.decompose([ZH, "生姜有什么功效？"])
+    assert len(out) == 2 and all(isinstance(o["triples"], list) and o["error"] is None for o in out)
+    assert isinstance(out[0]["reasoning"], str)
