@@ -40,8 +40,11 @@ def serve(
 
     cfg = load_serve_config(config, overrides or [])
     pipeline = _pipeline(graph, cfg)
-    app = create_app(pipeline, cfg.api, resolve_api_key(cfg.api, api_key))
     h, p = host or cfg.api.host, port if port is not None else cfg.api.port
+    key = resolve_api_key(cfg.api, api_key)
+    if key is None and h not in ("127.0.0.1", "localhost", "::1"):
+        typer.echo(f"warning: serving on {h} without an API key; set ${cfg.api.api_key_env} or --api-key", err=True)
+    app = create_app(pipeline, cfg.api, key)
     typer.echo(f"bencao serving {graph} on http://{h}:{p}/ (answers by {pipeline.info()['answerer']})", err=True)
     uvicorn.run(app, host=h, port=p, log_level="warning", timeout_graceful_shutdown=5)
 

@@ -40,6 +40,7 @@ from bencao.serving.answer import (
     references,
 )
 from bencao.serving.cot import CotConfig, CotDecomposer
+from bencao.serving import vllm_backend  # noqa: F401  (registers the in-process "vllm" LLM backend)
 
 
 @dataclass

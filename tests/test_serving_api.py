@@ -172,3 +172,26 @@ def test_healthz_and_web_page_need_no_key(server):
     assert page.status_code == 200 and 'id="question"' in page.text
     assert httpx.get(base + "/static/app.js").status_code == 200
     assert json.loads(httpx.get(base + "/nope").text)["error"]["type"] == "not_found_error"
+
+
+def test_slot_limiter_admits_queues_refuses_and_times_out():
+    import asyncio
+
+    from bencao.serving.api import ApiError, SlotLimiter
+
+    async def scenario() -> list:
+        lim = SlotLimiter(slots=1, queue=1, timeout_s=0.2)
+        await lim.acquire()  # the one slot
+        waiter = asyncio.create_task(lim.acquire())  # queued
+        await asyncio.sleep(0.01)
+        with pytest.raises(ApiError) as full:
+            await lim.acquire()  # slot taken and queue full: refused at once
+        with pytest.raises(ApiError) as late:
+            await waiter  # nobody released within the timeout
+        await_ok = asyncio.create_task(lim.acquire())
+        await asyncio.sleep(0.01)
+        lim.release()
+        await await_ok  # a release hands the slot to the waiter
+        return [full.value.status, full.value.code, late.value.status, late.value.code, lim.active, lim.waiting]
+
+    assert asyncio.run(scenario()) == [429, "rate_limit_exceeded", 503, "server_overloaded", 1, 0]

@@ -129,3 +129,30 @@ def test_local_cot_model_runs_in_the_loop(graph, retriever, tiny_path):
     out = pipe.decompose([ZH, "生姜有什么功效？"])
     assert len(out) == 2 and all(isinstance(o["triples"], list) and o["error"] is None for o in out)
     assert isinstance(out[0]["reasoning"], str)
+
+
+def test_vllm_backend_without_vllm_is_a_clear_error(graph, retriever):
+    pytest.importorskip("torch")
+    try:
+        import vllm  # noqa: F401
+        pytest.skip("vllm is installed here")
+    except ImportError:
+        pass
+    from bencao.errors import BencaoError
+
+    cfg = PipelineConfig(generator=LLMConfig(backend="vllm", model="models/any"))
+    with pytest.raises(BencaoError, match=r"needs the vllm package: pip install \"bencao\[vllm\]\""):
+        AnswerPipeline(graph, cfg, retriever=retriever)
+
+
+@pytest.mark.gpu
+def test_vllm_batched_generation_through_the_pipeline(graph, retriever, tmp_path):
+    pytest.importorskip("vllm")
+    from tiny_models import build_tiny_qwen
+
+    path = build_tiny_qwen(tmp_path / "tiny", hidden=128)
+    cfg = PipelineConfig(generator=LLMConfig(backend="vllm", model=str(path), max_tokens=8, temperature=0.0))
+    pipe = AnswerPipeline(graph, cfg, retriever=retriever)
+    res = pipe.answer_many([ZH, ZH, NOTHING])
+    assert [r["abstained"] for r in res] == [False, False, True]
+    assert res[0]["answered_by"] == f"generator:{path}" and res[0]["usage"]["prompt_tokens"] > 0
