@@ -1,4 +1,4 @@
-"""``bencao data``: teacher-driven data generation (cot, pairs, negatives).
+"""``bencao data``: teacher-driven data generation (extract, cot, pairs, negatives).
 
 Each command takes a YAML recipe (``--config configs/data_gen/...``), ``key=value`` overrides, and
 the flags later checks rely on. Heavy libraries load inside the commands.
@@ -11,7 +11,7 @@ from typing import Optional
 
 import typer
 
-data_app = typer.Typer(help="Generate training data from the graph and a teacher: CoT distillation, question–entity pairs, hard negatives.",
+data_app = typer.Typer(help="Generate training data from the graph and a teacher: triple extraction, CoT distillation, question–entity pairs, hard negatives.",
                        no_args_is_help=True)
 
 
@@ -67,3 +67,28 @@ def negatives_command(
 
     ov = list(overrides or []) + [f"{k}={v}" for k, v in (("input", input), ("graph", graph), ("model", model), ("output", output)) if v]
     _echo(run_negatives(load_config(NegativesConfig, config, ov)))
+
+
+@data_app.command("extract")
+def extract_command(
+    config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/extract.yaml)."),
+    graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory (read and written)."),
+    document: list[str] = typer.Option(None, "--document", "-d", help="Document id, or text of its source/title; repeatable. Default: all books."),
+    section: list[str] = typer.Option(None, "--section", help="Section id, or text of its heading path; repeatable."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected snippets."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Snippets processed in parallel."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory (relations.json, records, cache, ledger)."),
+    overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
+) -> None:
+    """Triple extraction: relation-schema selection, then triples per snippet and food/dish attributes, into the graph."""
+    from bencao.config import load_config
+    from bencao.data_gen.extract import ExtractConfig, run_extract
+
+    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("limit", limit), ("concurrency", concurrency),
+                                                          ("output", output)) if v is not None]
+    cfg = load_config(ExtractConfig, config, ov)
+    if document:
+        cfg.documents = list(document)
+    if section:
+        cfg.sections = list(section)
+    _echo(run_extract(cfg))
