@@ -21,6 +21,7 @@ Limits: a bearer API key on ``/v1/*`` when one is configured (401 otherwise); bo
 import asyncio
 import hmac
 import json
+import logging
 import os
 import time
 import uuid
@@ -32,6 +33,7 @@ from bencao.config import field
 from bencao.errors import BencaoError
 
 WEB_DIR = Path(__file__).with_name("web")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -237,6 +239,12 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         more = f" (and {len(errs) - 1} more problem(s))" if len(errs) > 1 else ""
         return JSONResponse(error_body(msg + more, "invalid_request_error", "invalid_request", loc or None), status_code=400)
 
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s", request.url.path)
+        return JSONResponse(error_body(f"internal error ({type(exc).__name__}); see the server log", "server_error", "internal_error"),
+                            status_code=500)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         type_ = "not_found_error" if exc.status_code == 404 else "invalid_request_error"
@@ -255,8 +263,12 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
 
     async def run_limited(fn: Any, *args: Any, **kwargs: Any) -> Any:
         await limiter.acquire()
+        from bencao.serving.pipeline import GeneratorError
+
         try:
             return await run_in_threadpool(fn, *args, **kwargs)
+        except GeneratorError as exc:
+            raise ApiError(502, str(exc), "server_error", "upstream_model_error") from None
         except BencaoError as exc:
             raise ApiError(400, str(exc)) from None
         finally:

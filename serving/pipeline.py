@@ -66,6 +66,10 @@ def as_tuples(triples: list[Any] | None) -> list[tuple[str, str, str]] | None:
     return out  # type: ignore[return-value]
 
 
+class GeneratorError(BencaoError):
+    """The generator LLM failed (after its retries): a server-side problem, not the user's."""
+
+
 class _WithTriples:
     """A retriever view whose every retrieval uses the given query triples (the CoT model's)."""
 
@@ -240,7 +244,7 @@ class AnswerPipeline:
         replies = self.generator.complete_many(batch, **params) if batch else []
         for (i, refs), rep in zip(slots, replies):
             if isinstance(rep, LLMError):
-                raise BencaoError(f"generator failed: {rep}")
+                raise GeneratorError(f"generator failed: {rep}")
             parsed = parse_reply(rep.text, refs)
             out[i].update({"answer": parsed.answer, "citations": parsed.citations, "invalid_citations": parsed.invalid_citations,
                            "abstained": False, "own_answer": None, "usage": {"prompt_tokens": rep.prompt_tokens,

@@ -156,3 +156,21 @@ def test_vllm_batched_generation_through_the_pipeline(graph, retriever, tmp_path
     res = pipe.answer_many([ZH, ZH, NOTHING])
     assert [r["abstained"] for r in res] == [False, False, True]
     assert res[0]["answered_by"] == f"generator:{path}" and res[0]["usage"]["prompt_tokens"] > 0
+
+
+def test_api_maps_generator_failure_to_502_and_keeps_serving(graph, retriever):
+    from fastapi.testclient import TestClient
+
+    from bencao.llm import LLMError
+    from bencao.serving.api import ApiConfig, create_app
+
+    replies = [LLMError("endpoint refused: model overloaded", kind="rejected"), "大枣味甘[1]。"]
+    pipe = AnswerPipeline(graph, PipelineConfig(), retriever=retriever, generator=ScriptedClient(replies, max_retries=0))
+    client = TestClient(create_app(pipe, ApiConfig()), raise_server_exceptions=False)
+    body = {"messages": [{"role": "user", "content": ZH}]}
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 502 and r.json()["error"]["code"] == "upstream_model_error"
+    assert "model overloaded" in r.json()["error"]["message"]
+    r = client.post("/v1/chat/completions", json=body)
+    assert r.status_code == 200 and r.json()["citations"][0]["n"] == 1
+    assert client.get("/healthz").json()["in_flight"] == 0
