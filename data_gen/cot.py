@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.config import field, to_dict
-from bencao.data_gen.grounding import Evidence, make_grounder
+from bencao.data_gen.grounding import Evidence, make_grounder, resolve_grounding
 from bencao.data_gen.kg_paths import PathFinder, path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
 from bencao.data_gen.ledger import Ledger
@@ -63,7 +63,9 @@ class CotConfig:
     teacher: str = field("kg-paths", help="kg-paths (no LLM) | llm.")
     llm: LLMConfig = field(default_factory=LLMConfig, help="The teacher LLM (teacher=llm).")
     paths: PathConfig = field(default_factory=PathConfig, help="kg-paths settings (also used to ground the llm teacher).")
-    grounding: str = field("graph", help="Grounding strategy for the llm teacher (registered in data_gen.grounding).")
+    grounding: str = field("auto", help="Grounding of the llm teacher: auto (retriever when the graph has indexes, else graph) | retriever | graph.")
+    retrieval_config: str | None = field(None, help="grounding=retriever: retrieval recipe (configs/retrieval/*.yaml); default: the index build's.")
+    retrieval_overrides: list[str] = field(default_factory=list, help="grounding=retriever: key=value overrides of the retrieval recipe.")
     k_triples: int = field(8, help="Graph triples given to the teacher as evidence.")
     k_snippets: int = field(3, help="Question-nearest snippets given to the teacher as evidence.")
     languages: list[str] = field(default_factory=lambda: ["zh", "en"], help="Question languages accepted; others are skipped.")
@@ -100,7 +102,9 @@ class LLMTeacher:
         self.linker = AliasLinker(graph)
         self.finder = PathFinder(graph, layers=("book", "imported", "completed"))
         self.settings = PathSettings(**to_dict(cfg.paths))
-        self.ground = make_grounder(cfg.grounding, graph, linker=self.linker, k_triples=cfg.k_triples, k_snippets=cfg.k_snippets, lock=self.lock)
+        self.grounding = resolve_grounding(cfg.grounding, graph)
+        self.ground = make_grounder(self.grounding, graph, linker=self.linker, k_triples=cfg.k_triples, k_snippets=cfg.k_snippets, lock=self.lock,
+                                    retrieval_config=cfg.retrieval_config, retrieval_overrides=cfg.retrieval_overrides)
 
     def _ask(self, step: str, lang: str, schema: dict, **variables: Any) -> Any:
         res = complete_json(self.clients[step], render(step, lang, self.cfg.prompts_dir, **variables), schema, lang=lang)
@@ -185,6 +189,8 @@ def run_cot(cfg: CotConfig, client: LLMClient | None = None) -> dict[str, Any]:
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}
+        if cfg.teacher == "llm":
+            summary.extra["grounding"] = teacher.grounding
         counts = write_dataset(out, train, ev, columns=SFT_COLUMNS, card={
             "title": f"bencao CoT distillation ({teacher.name})",
             "description": "Questions with gold answers turned into two SFT task forms in conversational `messages` format: "

@@ -1,10 +1,16 @@
 """Evidence that grounds the LLM teacher's reasoning (TCM-DiffRAG §2.2.2), behind one small function.
 
 ``make_grounder(name, graph, ...)`` returns ``ground(question, query_triples) -> Evidence``:
-- CoT triples → their heads/tails linked by alias → the graph triples around them, ranked by token
-  overlap with the query triple and confidence → those triples' snippets (M1/M2);
-- the question → its nearest snippets (BM25 over jieba tokens).
-Registered by name so the retrieval package's ``Retriever`` can take over as another entry.
+
+- ``retriever``: the retrieval package's :class:`~bencao.retrieval.search.Retriever` (micro: query
+  triples → nearest graph triples → their snippets; macro: question → snippets and sections;
+  reasoning paths) over the graph's indexes — the default (``auto``) when the graph has indexes;
+- ``graph`` (the fallback, no index needed): CoT triples → their heads/tails linked by alias → the
+  graph triples around them, ranked by token overlap with the query triple and confidence → those
+  triples' snippets; the question → its nearest snippets (BM25 over jieba tokens, built in memory).
+
+Both ground in the book/ontology graph only: triples of layer ``personal`` and snippets of
+reasoning documents (earlier teacher output) never come back as evidence.
 """
 
 from __future__ import annotations
@@ -40,10 +46,23 @@ def register_grounder(name: str):
     return deco
 
 
-def make_grounder(name: str, graph: Graph, **kw: Any) -> Grounder:
+def has_indexes(graph: Graph) -> bool:
+    """Whether retrieval indexes were built for this graph (``bencao graph build`` / ``index``)."""
+    return bool(graph.read_manifest().get("indexes"))
+
+
+def resolve_grounding(name: str, graph: Graph) -> str:
+    """``auto`` → ``retriever`` when the graph has indexes, else ``graph``; other names as given."""
+    if name == "auto":
+        return "retriever" if has_indexes(graph) else "graph"
     if name not in GROUNDERS:
-        raise ConfigError(f"grounding: unknown strategy {name!r}; known: {', '.join(sorted(GROUNDERS))}")
-    return GROUNDERS[name](graph, **kw)
+        raise ConfigError(f"grounding: unknown strategy {name!r}; known: auto, {', '.join(sorted(GROUNDERS))}")
+    return name
+
+
+def make_grounder(name: str, graph: Graph, **kw: Any) -> Grounder:
+    """The grounder registered as ``name`` (``auto`` resolved first); options a strategy does not use are ignored."""
+    return GROUNDERS[resolve_grounding(name, graph)](graph, **kw)
 
 
 def _source(s: dict[str, Any]) -> str:
@@ -53,7 +72,7 @@ def _source(s: dict[str, Any]) -> str:
 
 @register_grounder("graph")
 def graph_grounder(graph: Graph, *, linker: AliasLinker | None = None, k_triples: int = 8, k_snippets: int = 3,
-                   max_snippet_chars: int = 400, lock: threading.Lock | None = None) -> Grounder:
+                   max_snippet_chars: int = 400, lock: threading.Lock | None = None, **_: Any) -> Grounder:
     import bm25s
 
     lock = lock or threading.Lock()
@@ -97,5 +116,45 @@ def graph_grounder(graph: Graph, *, linker: AliasLinker | None = None, k_triples
                         seen.add(s["id"])
                         ev.snippets.append({"id": s["id"], "text": s["text"][:max_snippet_chars], "source": _source(s)})
         return ev
+
+    return ground
+
+
+@register_grounder("retriever")
+def retriever_grounder(graph: Graph, *, k_triples: int = 8, k_snippets: int = 3, max_snippet_chars: int = 400,
+                       lock: threading.Lock | None = None, retrieval_config: str | None = None,
+                       retrieval_overrides: list[str] | tuple[str, ...] = (), **_: Any) -> Grounder:
+    """Evidence from :class:`~bencao.retrieval.search.Retriever`: its best ``k_triples`` graph triples (personal
+    layer excluded), one source snippet of each, then ``k_snippets`` more of its snippets by score."""
+    from bencao.retrieval.search import Retriever
+    from bencao.retrieval.search.retriever import MAX_QUESTION_CHARS
+
+    lock = lock or threading.Lock()
+    retriever = Retriever.from_config(graph, retrieval_config, tuple(retrieval_overrides))
+    kinds: dict[str, str] = {}
+
+    def is_teacher_text(snippet_ids: list[str]) -> set[str]:
+        rows = graph.get_snippets(snippet_ids)
+        for r in rows.values():
+            if r["document_id"] not in kinds:
+                doc = graph.get_document(r["document_id"])
+                kinds[r["document_id"]] = doc["kind"] if doc else ""
+        return {sid for sid, r in rows.items() if kinds[r["document_id"]] == "reasoning"}
+
+    def ground(question: str, query_triples: list[dict[str, Any]]) -> Evidence:
+        qt = [(str(t.get("head", "")), str(t.get("relation", "")), str(t.get("tail", ""))) for t in query_triples]
+        qt = [t for t in qt if t[0] and t[2]]
+        with lock:
+            ev = retriever.retrieve(question[:MAX_QUESTION_CHARS], query_triples=qt or None)
+            triples = [t for t in ev.triples if t.get("layer") not in EXCLUDED_LAYERS][:k_triples]
+            texts = {s["id"]: s for s in ev.snippets}
+            texts.update(graph.get_snippets(sid for t in triples for sid in t.get("snippet_ids") or [] if sid not in texts))
+            banned = is_teacher_text(list(texts))
+        # one source snippet per triple: its first that is book text, not an earlier reasoning (M2)
+        of_triples = [next((sid for sid in t.get("snippet_ids") or [] if sid not in banned and sid in texts), None) for t in triples]
+        keep = list(dict.fromkeys(sid for sid in of_triples if sid))
+        keep += [s["id"] for s in ev.snippets if s["id"] not in banned and s["id"] not in keep][:k_snippets]
+        return Evidence(triples=[{k: t.get(k) for k in ("id", "head", "relation", "tail", "confidence", "layer")} for t in triples],
+                        snippets=[{"id": sid, "text": texts[sid]["text"][:max_snippet_chars], "source": _source(texts[sid])} for sid in keep])
 
     return ground
