@@ -52,5 +52,11 @@ eval: $(VENV)/.installed-dev
 		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
 	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
 
+# Scale and speed figures at 1 % of TCM-DiffRAG's size (a few minutes), appended to bench/RESULTS.md.
+# Full size (434k snippets, ~3.5M triples): $(BIN)/python bench/run_bench.py --scale 1.0 --runs 1
+BENCH_SCALE ?= 0.01
+bench: $(VENV)/.installed-dev
+	$(BIN)/python bench/run_bench.py --scale $(BENCH_SCALE)
+
 clean-graph:
 	rm -rf $(GRAPH)
