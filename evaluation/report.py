@@ -56,6 +56,20 @@ def markdown_tables(metrics: dict[str, Any], with_ci: bool = True) -> str:
     return "\n\n".join(blocks)
 
 
+def summary_table(metrics: dict[str, Any]) -> str:
+    """One row per benchmark: its main metric with the 95% interval, evidence hit rate, abstentions."""
+    lines = ["| benchmark | task | n | main metric | value [95% CI] | evidence contains gold | abstain |",
+             "|---|---|---:|---|---:|---:|---:|"]
+    for name, m in metrics.items():
+        main = MAIN_METRIC[m["task"]]
+        if main not in m:
+            main = "evidence_contains_gold"
+        ci = m.get("ci95", {})
+        lines.append(f"| {name} | {m['task']} | {m['n']} | {main} | {fmt(main, m.get(main), ci.get(main))} | "
+                     f"{fmt('e', m.get('evidence_contains_gold'))} | {fmt('a', m.get('abstain_rate'))} |")
+    return "\n".join(lines)
+
+
 def source_table(metrics: dict[str, Any]) -> str:
     rows = []
     for name, m in metrics.items():
@@ -78,7 +92,7 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
                 "metric definitions in the README (## Evaluation).")
     if counts and counts.get("failed"):
         head.append(f"\n**{counts['failed']} record(s) failed** (e.g. LLM timeouts) and are not scored; run the same command again to retry them.")
-    body = [markdown_tables(metrics)]
+    body = ["## Summary\n\n" + summary_table(metrics), markdown_tables(metrics)]
     src = source_table(metrics)
     if src:
         body.append("## By source\n\n" + src)

@@ -79,6 +79,7 @@ def test_outputs_shape(tmp_path):
     assert m["task"] == "mcq" and m["n"] == 25 and 0.0 <= m["accuracy"] <= 1.0
     assert set(m["by_source"]) == {"S1", "S2"} and m["ci95"]["accuracy"][0] <= m["accuracy"]
     report = (out / "report.md").read_text(encoding="utf-8")
+    assert f"| mcq_a | mcq | 25 | accuracy | {100 * m['accuracy']:.1f} [" in report  # summary row
     assert "| mcq_a | 25 |" in report and "| mcq_a | S1 | 12 | accuracy |" in report and "metrics.png" in report
     assert (out / "metrics.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     line = json.loads((out / "predictions.jsonl").read_text(encoding="utf-8").splitlines()[0])
