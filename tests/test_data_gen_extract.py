@@ -242,3 +242,21 @@ def test_cli_against_a_loopback_server_with_a_tiny_local_model(graph_dir, tmp_pa
     assert set(s["skipped_by_reason"]) <= {"extract_triples_not_json", "extract_triples_schema"}
     assert s["ledger"]["requests"] >= 1 * 2 + 2 * 2 and s["graph"]["document"] is None
     assert not (out / "relations.json").exists()  # a graph fallback is asked again next time
+
+
+def test_a_refused_snippet_is_skipped_and_an_unreachable_teacher_stops_schema_selection(graph_dir, tmp_path):
+    from bencao.llm import LLMError
+
+    def refusing(messages):
+        if "抽取知识三元组" in messages[-1]["content"] and "萝卜粥" in messages[-1]["content"]:
+            return LLMError("HTTP 400 refused", kind="rejected")
+        return teacher(messages)
+
+    s = run_extract(_cfg(graph_dir, tmp_path / "out"), client=ScriptedClient(refusing))
+    assert s["skipped_by_reason"] == {"extract_triples_llm_error": 1} and s["done"] == s["total"] - 1
+    skipped = _lines(tmp_path / "out" / "extract.skipped.jsonl")
+    assert len(skipped) == 1 and "refused" in skipped[0]["detail"]
+    down = ScriptedClient(lambda m: LLMError("scripted: timed out", retryable=True, kind="timeout"), max_retries=1)
+    with pytest.raises(BencaoError, match="the teacher failed on all 4 schema-selection requests"):
+        run_extract(_cfg(graph_dir, tmp_path / "o2"), client=down)
+    assert not (tmp_path / "o2" / "relations.json").exists()
