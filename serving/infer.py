@@ -72,6 +72,16 @@ def prompt_text(q: dict[str, Any]) -> str:
     return q["text"]
 
 
+def options_of(q: dict[str, Any]) -> list[str] | None:
+    """Option or candidate texts that retrieval should link too."""
+    rec, task = q["record"], q["task"]
+    if task in ("mcq", "sd"):
+        return [str(v) for v in rec["options"].values()]
+    if task == "rec":
+        return [str(c) for c in rec["candidates"]]
+    return None
+
+
 def _task_prediction(pipeline: Any, q: dict[str, Any], query_triples: list[Any] | None) -> dict[str, Any] | None:
     """The LLM-free answerer's prediction for scored tasks (mcq/sd options, tf claims, rec candidates)."""
     task, rec = q["task"], q["record"]
@@ -106,7 +116,7 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
         for i in range(0, len(todo), bs):
             batch = todo[i : i + bs]
             t0 = time.perf_counter()
-            answers = pipeline.answer_many([prompt_text(q) for q in batch])
+            answers = pipeline.answer_many([prompt_text(q) for q in batch], options=[options_of(q) for q in batch])
             for q, a in zip(batch, answers):
                 rec: dict[str, Any] = {"id": q["id"]}
                 rec.update({k: q["record"][k] for k in cfg.keep_fields if k in q["record"]})

@@ -157,11 +157,12 @@ class AnswerPipeline:
     def answer(self, question: str, **params: Any) -> dict[str, Any]:
         return self.answer_many([question], **params)[0]
 
-    def answer_many(self, questions: list[str], **params: Any) -> list[dict[str, Any]]:
+    def answer_many(self, questions: list[str], options: list[list[str] | None] | None = None, **params: Any) -> list[dict[str, Any]]:
         """Answer a batch: CoT requests batched, retrieval one by one, generation batched.
 
-        ``params`` (temperature, max_tokens, ...) go to the generator. Every item carries
-        ``timings`` in seconds (the batch-wide stages are shared out evenly).
+        ``options`` (one list or None per question: multiple-choice options, candidates) are linked
+        by retrieval as well. ``params`` (temperature, max_tokens, ...) go to the generator. Every
+        item carries ``timings`` in seconds (the batch-wide stages are shared out evenly).
         """
         if not questions:
             return []
@@ -174,7 +175,8 @@ class AnswerPipeline:
         t_cot = (_now() - t0) / n
         results: list[dict[str, Any]] = []
         evidences = []
-        for q, c in zip(questions, cots):
+        opts = list(options) if options is not None else [None] * n
+        for q, c, o in zip(questions, cots, opts):
             t = _now()
             if self.generator is None:
                 with self._lock:
@@ -182,7 +184,7 @@ class AnswerPipeline:
                 results.append(res)
                 evidences.append(None)
             else:
-                evidences.append(self.retrieve(q, c["triples"]))
+                evidences.append(self.retrieve(q, c["triples"], o))
                 results.append({})
             results[-1]["timings"] = {"cot_s": round(t_cot, 4), "retrieve_s": round(_now() - t, 4)}
         if self.generator is not None:

@@ -174,3 +174,23 @@ def test_api_maps_generator_failure_to_502_and_keeps_serving(graph, retriever):
     r = client.post("/v1/chat/completions", json=body)
     assert r.status_code == 200 and r.json()["citations"][0]["n"] == 1
     assert client.get("/healthz").json()["in_flight"] == 0
+
+
+def test_batch_inference_with_a_generator_shows_options_and_links_them(graph, retriever, tmp_path):
+    import json
+
+    from bencao.serving.infer import InferConfig, run_inference
+
+    q = tmp_path / "q.jsonl"
+    q.write_text(json.dumps({"id": "m1", "task": "mcq", "question": "大枣的味是？", "options": {"A": "甘", "B": "苦"}, "answer": ["A"]},
+                            ensure_ascii=False) + "\n" + json.dumps({"id": "p1", "question": ZH}, ensure_ascii=False) + "\n", encoding="utf-8")
+    gen = ScriptedClient(lambda msgs: "A [1]")
+    pipe = AnswerPipeline(graph, PipelineConfig(), retriever=Recording(retriever, "retrieve"), generator=gen)
+    out = tmp_path / "a.jsonl"
+    assert run_inference(pipe, q, out, InferConfig(batch_size=2)) == {"total": 2, "skipped": 0, "answered": 2}
+    assert [kw.get("options") for _, kw in pipe.retriever.calls] == [["甘", "苦"], None]
+    assert sum("大枣的味是？\nA. 甘\nB. 苦" in c[1]["content"] for c in gen.calls) == 1
+    recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["answer"] for r in recs] == ["A [1]", "A [1]"] and recs[0]["citations"][0]["n"] == 1
+    assert "prediction" not in recs[0]  # the generator answered; the graph scorers were not asked
+    assert recs[0]["timings"]["generate_s"] >= 0 and recs[0]["timings"]["batch_size"] == 2
