@@ -106,35 +106,31 @@ def tokenize(text: str) -> list[str]:
 _SENT_END = "。！？；!?;"
 
 
+# A sentence ends after one of _SENT_END or a newline, or after "." followed by a space or the end.
+_SENT_SPLIT_RE = re.compile(r"(?<=[。！？；!?;\n])|(?<=\.)(?= |$)")
+
+
 def split_sentences(text: str) -> list[str]:
     """Split on Chinese and Western sentence ends, keeping the terminator with its sentence."""
-    out: list[str] = []
-    buf: list[str] = []
-    for i, ch in enumerate(text):
-        buf.append(ch)
-        if ch in _SENT_END or ch == "\n" or (ch == "." and (i + 1 == len(text) or text[i + 1] == " ")):
-            s = "".join(buf).strip()
-            if s:
-                out.append(s)
-            buf = []
-    s = "".join(buf).strip()
-    if s:
-        out.append(s)
-    return out
+    return [s for s in (p.strip() for p in _SENT_SPLIT_RE.split(text)) if s]
 
 
 _ASCII_WORD_RE = re.compile(r"[A-Za-z0-9]+")
 
 
+# ASCII characters that are not tokens on their own: letters, digits (counted per word) and spaces.
+_NOT_A_TOKEN = str.maketrans({chr(i): None for i in range(128) if chr(i).isalnum() or chr(i).isspace()})
+_NON_ASCII_SPACE_RE = re.compile(r"[^\S\x00-\x7f]")
+
+
 def count_tokens(text: str) -> int:
     """Approximate model tokens: one per non-ASCII character (CJK, full-width punctuation), one per
     ~4 letters of an ASCII word, one per ASCII punctuation mark. Additive over sentence splits."""
-    n = 0
-    for ch in text:
-        if ord(ch) > 127 and not ch.isspace():
-            n += 1
-        elif not ch.isalnum() and not ch.isspace():
-            n += 1
+    ascii_part = text.encode("ascii", "ignore").decode("ascii")
+    n = len(text) - len(ascii_part)  # non-ASCII characters ...
+    if n:
+        n -= len(_NON_ASCII_SPACE_RE.findall(text))  # ... that are not spaces (U+3000, U+00A0 ...)
+    n += len(ascii_part.translate(_NOT_A_TOKEN))  # ASCII punctuation and symbols
     n += sum((len(w) + 3) // 4 for w in _ASCII_WORD_RE.findall(text))
     return n
 

@@ -192,7 +192,7 @@ class DocumentBuilder:
         if relation not in self.relations:
             self.relations[relation] = (relation, None, None, None)
         tid = triple_id_for(head_id, relation, tail_id)
-        attrs = json.dumps(attributes or {}, ensure_ascii=False, sort_keys=True)
+        attrs = json.dumps(attributes, ensure_ascii=False, sort_keys=True) if attributes else "{}"
         prev = self.triples.get(tid)
         if prev is None or confidence > prev[4]:
             self.triples[tid] = (tid, head_id, relation, tail_id, confidence, layer, origin, attrs)
@@ -296,13 +296,14 @@ class Graph:
                 )
                 c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
                 c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
+                ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
                 c.executemany(
                     "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
-                    [(e.id, e.name, e.norm, e.type, e.layer, json.dumps(e.attributes, ensure_ascii=False), e.description) for e in b.entities.values()],
+                    [(e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
                 )
                 c.executemany(
                     "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
-                    [(e.id, b.document_id, json.dumps(e.attributes, ensure_ascii=False), e.description) for e in b.entities.values()],
+                    [(e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
                 )
                 c.executemany(
                     "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
@@ -322,7 +323,8 @@ class Graph:
                     [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
                 )
                 # Entities and triples that existed before this document: refresh merged views.
-                self._refresh_entities([e.id for e in b.entities.values()], only_shared=True)
+                # (a source that says nothing of an entity, e.g. a relation file naming it, changes no merged view)
+                self._refresh_entities([e.id for e in b.entities.values() if e.attributes or e.description], only_shared=True)
                 self._refresh_triples(list(b.triples), only_shared=True)
                 c.execute("COMMIT")
             except BaseException:

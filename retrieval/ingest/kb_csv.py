@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterator, Literal
 
 from bencao.config import field, from_dict, read_yaml
 from bencao.errors import ConfigError, InputError
@@ -151,13 +151,44 @@ def _load_entities(b: DocumentBuilder, path: Path, table: CsvTable, m: EntityMap
     return n
 
 
-def _resolve(b: DocumentBuilder, kb_id: str) -> str | None:
+#: Relation rows read ahead so the entities they name are fetched from the graph in a few batched queries.
+_BLOCK = 5000
+
+
+def _prefetch(b: DocumentBuilder, ids: set[str], known: dict[str, tuple[str, str, str] | None]) -> None:
+    """(name, type, layer) of graph entities among ``ids`` into ``known`` (None when absent), in batches."""
+    todo = [i for i in ids if i and i not in b.entities and i not in known]
+    for k in range(0, len(todo), 500):
+        chunk = todo[k : k + 500]
+        q = ",".join("?" * len(chunk))
+        found = {r[0]: (r[1], r[2], r[3]) for r in b.graph.conn.execute(f"SELECT id, name, type, layer FROM entities WHERE id IN ({q})", chunk)}
+        for i in chunk:
+            known[i] = found.get(i)
+
+
+def _resolve(b: DocumentBuilder, kb_id: str, known: dict[str, tuple[str, str, str] | None] | None = None) -> str | None:
     if kb_id in b.entities:
         return kb_id
-    ent = b.graph.get_entity(kb_id)
-    if ent is None:
+    if known is not None and kb_id in known:
+        ent = known[kb_id]
+        if ent is None:
+            return None
+        return b.entity(ent[0], ent[1], id=kb_id, layer=ent[2])
+    row = b.graph.get_entity(kb_id)
+    if row is None:
         return None
-    return b.entity(ent["name"], ent["type"], id=kb_id, layer=ent["layer"])
+    return b.entity(row["name"], row["type"], id=kb_id, layer=row["layer"])
+
+
+def _blocks(rows: Iterator[Row], n: int) -> Iterator[list[Row]]:
+    block: list[Row] = []
+    for row in rows:
+        block.append(row)
+        if len(block) >= n:
+            yield block
+            block = []
+    if block:
+        yield block
 
 
 def _confidence(path: Path, row: Row, m: RelationMapping) -> float:
@@ -191,28 +222,36 @@ def _load_relations(b: DocumentBuilder, path: Path, table: CsvTable, m: Relation
     if m.relation:
         b.relation(m.relation, m.description or None, m.head_type or None, m.tail_type or None)
     n = skipped = 0
-    for row in table.rows():
-        head_kb, tail_kb = row.values[m.head_column].strip(), row.values[m.tail_column].strip()
-        head, tail = _resolve(b, head_kb), _resolve(b, tail_kb)
-        if head is None or tail is None:
-            missing = ", ".join(f"{col} {v!r}" for col, v, e in ((m.head_column, head_kb, head), (m.tail_column, tail_kb, tail)) if e is None)
-            if m.on_missing == "skip":
-                skipped += 1
-                continue
-            raise InputError(path, f"not an entity in the graph: {missing} (ingest the entity file first, or set on_missing: skip)",
-                             record=row.where)
-        relation = m.relation or row.values[m.relation_column].strip()
-        if not relation:
-            raise InputError(path, f"empty relation (column {m.relation_column!r})", record=row.where)
-        attrs = _attributes(row, m.attributes)
-        if m.source_column and row.values[m.source_column].strip():
-            attrs["source"] = row.values[m.source_column].strip()
-        if m.rating_column and row.values[m.rating_column].strip():
-            attrs["rating"] = row.values[m.rating_column].strip()
-        b.triple(head, relation, tail, confidence=_confidence(path, row, m), layer=m.layer, origin="kb-csv", attributes=attrs or None)
-        n += 1
+    known: dict[str, tuple[str, str, str] | None] = {}
+    for block in _blocks(table.rows(), _BLOCK):
+        _prefetch(b, {row.values[c].strip() for row in block for c in (m.head_column, m.tail_column)}, known)
+        for row in block:
+            n, skipped = _relation_row(b, path, row, m, known, n, skipped)
     b.meta["rows_skipped_missing_entity"] = skipped
     return n
+
+
+def _relation_row(b: DocumentBuilder, path: Path, row: Row, m: RelationMapping, known: dict[str, tuple[str, str, str] | None],
+                  n: int, skipped: int) -> tuple[int, int]:
+    """One relation row into the builder; returns the updated (rows added, rows skipped)."""
+    head_kb, tail_kb = row.values[m.head_column].strip(), row.values[m.tail_column].strip()
+    head, tail = _resolve(b, head_kb, known), _resolve(b, tail_kb, known)
+    if head is None or tail is None:
+        missing = ", ".join(f"{col} {v!r}" for col, v, e in ((m.head_column, head_kb, head), (m.tail_column, tail_kb, tail)) if e is None)
+        if m.on_missing == "skip":
+            return n, skipped + 1
+        raise InputError(path, f"not an entity in the graph: {missing} (ingest the entity file first, or set on_missing: skip)",
+                         record=row.where)
+    relation = m.relation or row.values[m.relation_column].strip()
+    if not relation:
+        raise InputError(path, f"empty relation (column {m.relation_column!r})", record=row.where)
+    attrs = _attributes(row, m.attributes)
+    if m.source_column and row.values[m.source_column].strip():
+        attrs["source"] = row.values[m.source_column].strip()
+    if m.rating_column and row.values[m.rating_column].strip():
+        attrs["rating"] = row.values[m.rating_column].strip()
+    b.triple(head, relation, tail, confidence=_confidence(path, row, m), layer=m.layer, origin="kb-csv", attributes=attrs or None)
+    return n + 1, skipped
 
 
 @register("kb-csv", kind="kb", options=("mapping",), extra_key=_mapping_key,
