@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -143,3 +144,29 @@ def test_cli_confidence_and_reset(herb_graph, repo, capsys):
     assert "restored the original confidence of 48 triples" in capsys.readouterr().out
     assert main(["graph", "confidence", "--graph", d, "model.bogus=1"]) == 2
     assert "unknown key(s) bogus" in capsys.readouterr().err
+
+
+def test_filtered_ranks_count_ties_half_and_skip_other_answers():
+    from bencao.retrieval.graph.confidence_eval import _ranks
+
+    scores = np.array([[0.9, 0.8, 0.8, 0.1, 0.95]])
+    # true answer 1; entity 4 is another true answer (filtered out); entity 2 ties → rank 1 + 1 + 0.5
+    assert _ranks(scores, np.array([1]), [[1, 4]]).tolist() == [2.5]
+    assert _ranks(scores, np.array([1]), [[1]]).tolist() == [3.5]
+
+
+def test_holdout_evaluation_reports_unkr_metrics(herb_graph):
+    from bencao.retrieval.graph.confidence_eval import holdout_evaluation
+
+    # uniform negatives too: unconstrained ranking must also learn which types a relation takes
+    r = holdout_evaluation(herb_graph, dataclasses.replace(FAST, corrupt="mixed"), test_fraction=0.25, split_seed=0)
+    assert r["train"] + r["test"] + r["test_dropped_unseen"] == r["triples"] == 48
+    assert r["test"] > 0 and 0.0 <= r["confidence"]["mse"] <= 1.0
+    both = r["link_prediction"]["both"]
+    assert 0.0 < both["mrr"] <= 1.0 and both["hits@1"] <= both["hits@3"] <= both["hits@10"] <= 1.0
+    # the two groups are learnable: the model ranks held-out natures/flavours/symptoms well above chance (22 entities)
+    assert both["mrr"] > 0.3
+    typed = r["link_prediction"]["both_type_constrained"]
+    assert typed["mrr"] >= both["mrr"]
+    with pytest.raises(BencaoError, match="strictly between"):
+        holdout_evaluation(herb_graph, FAST, test_fraction=1.0)

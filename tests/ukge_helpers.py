@@ -10,7 +10,7 @@ from bencao.retrieval.graph.store import Graph
 WARM = ["人参", "黄芪", "甘草", "大枣", "当归", "桂圆", "山药", "白术"]
 COLD = ["黄连", "黄芩", "苦参", "栀子", "龙胆", "大黄", "知母", "石膏"]
 #: Small, regularised and seeded: on this 22-entity graph a low rank generalises (to MISSING).
-FAST = UKGEConfig(dim=4, epochs=100, batch_size=64, lr=0.05, negatives=2, negative_weight=0.3, l2=1e-3, seed=0)
+FAST = UKGEConfig(dim=4, epochs=100, batch_size=64, lr=0.05, negatives=2, negative_weight=0.3, l2=1e-3, corrupt="typed", seed=0)
 #: Left out of the graph on purpose: completion should find it.
 MISSING = ("桂圆", "has_flavour", "甘")
 #: A low-confidence extraction that contradicts the pattern of its group.
