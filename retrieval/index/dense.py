@@ -1,0 +1,112 @@
+"""FAISS dense index of one item kind: exact inner product for small sets, HNSW or IVF above a threshold.
+
+Vectors are L2-normalised, so scores are cosine similarities. An index is two files under
+``<graph>/index/<embedder-id>/``: ``<kind>.faiss`` and ``<kind>.ids.json`` (row → item id), both
+written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bencao.errors import BencaoError
+from bencao.io import atomic_path, atomic_write_json
+
+
+@dataclass
+class DenseParams:
+    exact_max: int = 100_000
+    ann: str = "hnsw"  # hnsw | ivf
+    hnsw_m: int = 32
+    hnsw_ef_search: int = 128
+    ivf_nlist: int = 0  # 0 = 4·sqrt(n)
+    ivf_nprobe: int = 16
+
+
+class DenseIndex:
+    def __init__(self, index, ids: list[str]):
+        self.index = index
+        self.ids = ids
+
+    @property
+    def kind_name(self) -> str:
+        import faiss
+
+        return "flat" if isinstance(self.index, faiss.IndexFlat) else ("hnsw" if isinstance(self.index, faiss.IndexHNSW) else "ivf")
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def build(cls, vectors: np.ndarray, ids: list[str], params: DenseParams | None = None) -> "DenseIndex":
+        import faiss
+
+        params = params or DenseParams()
+        if vectors.ndim != 2 or vectors.shape[0] != len(ids):
+            raise ValueError(f"vectors {vectors.shape} do not match {len(ids)} ids")
+        n, d = vectors.shape
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        if n <= params.exact_max:
+            index = faiss.IndexFlatIP(d)
+        elif params.ann == "hnsw":
+            index = faiss.IndexHNSWFlat(d, params.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efSearch = params.hnsw_ef_search
+        elif params.ann == "ivf":
+            nlist = params.ivf_nlist or max(1, min(n // 39, int(4 * math.sqrt(n))))
+            quantizer = faiss.IndexFlatIP(d)
+            index = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+            index.train(x)
+            index.nprobe = min(params.ivf_nprobe, nlist)
+        else:
+            raise BencaoError(f"unknown approximate index {params.ann!r}; use hnsw or ivf")
+        if n:
+            index.add(x)
+        return cls(index, list(ids))
+
+    def search(self, queries: np.ndarray, k: int) -> list[list[tuple[str, float]]]:
+        """Top-``k`` (id, cosine) per query row."""
+        if not self.ids or k <= 0:
+            return [[] for _ in range(len(queries))]
+        q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
+        if q.shape[1] != self.dim:
+            raise BencaoError(f"query vectors have {q.shape[1]} dimensions, the index {self.dim}; the index was built with another embedder")
+        scores, rows = self.index.search(q, min(k, len(self.ids)))
+        return [[(self.ids[r], float(s)) for r, s in zip(rr, ss) if r >= 0] for rr, ss in zip(rows, scores)]
+
+    def vectors(self) -> np.ndarray | None:
+        """The stored vectors (exact indexes only; approximate ones return None)."""
+        import faiss
+
+        if isinstance(self.index, faiss.IndexFlat):
+            return faiss.rev_swig_ptr(self.index.get_xb(), self.index.ntotal * self.dim).reshape(self.index.ntotal, self.dim).copy()
+        return None
+
+    def save(self, directory: Path, kind: str) -> None:
+        import faiss
+
+        directory.mkdir(parents=True, exist_ok=True)
+        with atomic_path(directory / f"{kind}.faiss") as tmp:
+            faiss.write_index(self.index, str(tmp))
+        atomic_write_json(directory / f"{kind}.ids.json", self.ids)
+
+    @classmethod
+    def load(cls, directory: Path, kind: str) -> "DenseIndex | None":
+        import faiss
+
+        fp, ip = directory / f"{kind}.faiss", directory / f"{kind}.ids.json"
+        if not fp.exists() or not ip.exists():
+            return None
+        index = faiss.read_index(str(fp))
+        ids = json.loads(ip.read_text(encoding="utf-8"))
+        if index.ntotal != len(ids):
+            raise BencaoError(f"{fp}: {index.ntotal} vectors but {len(ids)} ids; rebuild with `bencao graph index`")
+        return cls(index, ids)

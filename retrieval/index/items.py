@@ -1,0 +1,76 @@
+"""What each index kind holds: one text per item, its language, and its lexical text.
+
+- entities: name + aliases + definition (dense); name + aliases (lexical, for linking)
+- triples:  "head relation tail"
+- snippets: heading path + text
+- sections: heading path + the start of the section's text
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from bencao.retrieval.graph.store import Graph
+from bencao.text import lang_of
+
+KINDS = ("entities", "triples", "snippets", "sections")
+
+
+@dataclass
+class Item:
+    id: str
+    text: str  # embedded text
+    lex: str  # lexical text
+    lang: str
+
+
+def relation_text(relation: str) -> str:
+    return relation.replace("_", " ")
+
+
+def entity_items(g: Graph, max_aliases: int = 12, max_chars: int = 600) -> Iterator[Item]:
+    aliases: dict[str, list[str]] = {}
+    for _norm, eid, alias, kind in g.iter_aliases():
+        if kind == "xref":
+            continue
+        lst = aliases.setdefault(eid, [])
+        if alias not in lst:
+            lst.append(alias)
+    for e in g.iter_entities():
+        names = [a for a in aliases.get(e["id"], []) if a != e["name"]][:max_aliases]
+        text = e["name"]
+        if names:
+            text += "; " + "; ".join(names)
+        if e.get("description"):
+            text += ". " + e["description"]
+        yield Item(e["id"], text[:max_chars], " ".join([e["name"], *names]), lang_of(e["name"] + " " + (e.get("description") or "")))
+
+
+def triple_items(g: Graph) -> Iterator[Item]:
+    for t in g.iter_triples():
+        text = f"{t['head']} {relation_text(t['relation'])} {t['tail']}"
+        yield Item(t["id"], text, text, lang_of(t["head"] + t["tail"]))
+
+
+def snippet_items(g: Graph, max_chars: int = 1200) -> Iterator[Item]:
+    for s in g.iter_snippets():
+        head = " › ".join(s["path"] or [])
+        text = f"{head}\n{s['text']}"[:max_chars]
+        yield Item(s["id"], text, text, lang_of(s["text"]))
+
+
+def section_items(g: Graph, body_chars: int = 300) -> Iterator[Item]:
+    first: dict[str, str] = {}
+    for r in g.conn.execute("SELECT section_id, text FROM snippets ORDER BY section_id, ord"):
+        sid = r[0]
+        if len(first.get(sid, "")) < body_chars:
+            first[sid] = (first.get(sid, "") + r[1])[:body_chars]
+    for s in g.iter_sections():
+        head = " › ".join(s["path"] or [s["title"]])
+        body = first.get(s["id"], "")
+        text = f"{head}\n{body}" if body else head
+        yield Item(s["id"], text, text, lang_of(body or head))
+
+
+ITEM_SOURCES = {"entities": entity_items, "triples": triple_items, "snippets": snippet_items, "sections": section_items}

@@ -1,0 +1,352 @@
+"""Entity linking with abstention: mention → one graph entity, or an honest "no match".
+
+Pipeline (FoodOntoRAG / iDISK / Yaoshi, without an LLM by default):
+
+1. candidates: exact alias matches, normalised-name matches (plural → singular, generic
+   qualifiers such as "(raw)" or "food product" removed), same-token-set matches, BM25 over
+   names and aliases (``k_lexical``) and dense search over entity texts (``k_dense``);
+2. fusion into tiers — exact label/synonym first, then normalised name, then candidates whose
+   names cover every token of the mention, then the rest — ordered inside a tier by reciprocal
+   rank fusion of the lexical and dense ranks;
+3. a selector (``rules``: exact-match preference and the most specific concept along ``is_a``;
+   or ``llm`` with the same rubric, which may answer "no match");
+4. a confidence score and threshold ``tau``; below it one synonym retry (sub-phrases found in the
+   alias table, traditional/simplified and plural variants, or an LLM synonym generator when one
+   is given), then abstention.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from bencao.config import field
+from bencao.errors import BencaoError
+from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.index.lexical import light_stem
+from bencao.text import norm_key, tokenize
+
+#: Exact-match tiers and what a candidate of each tier is worth as confidence.
+TIER_NAMES = {0: "exact label", 1: "exact synonym", 2: "normalised name", 3: "same tokens", 4: "covers all tokens", 5: "similar"}
+TIER_CONF = {0: 0.95, 1: 0.92, 2: 0.85, 3: 0.8, 4: 0.62}
+
+
+@dataclass
+class LinkingConfig:
+    k_lexical: int = field(15, help="Candidates from BM25 over entity names and aliases.")
+    k_dense: int = field(15, help="Candidates from dense search over entity texts (when the embedder reads the mention's language).")
+    rrf_k: int = field(60, help="Reciprocal-rank-fusion constant: score = Σ 1/(rrf_k + rank).")
+    tau: float = field(0.5, help="Confidence threshold: below it (after one retry) the linker abstains.")
+    min_dense: float = field(0.75, help="Cosine at which a dense-only candidate counts as a match (iDISK uses 0.75).")
+    retry: bool = field(True, help="One synonym retry before abstaining.")
+    selector: str = field("rules", help="Candidate selector: rules, or llm (needs an LLM client).")
+    max_candidates: int = field(10, help="Candidates reported per mention.")
+    max_mention_chars: int = field(200, help="Longer mentions are refused with an error.")
+    qualifiers: list[str] = field(default_factory=lambda: ["food product", "not further specified", "nfs", "nos", "unspecified"],
+                                  help="Generic words dropped from names to form their normalised key (parenthesised text is always dropped).")
+    types: list[str] = field(default_factory=list, help="Only link to entities of these types (empty = any).")
+    penalise_obsolete: bool = field(True, help="Names starting with 'obsolete' rank after live terms of the same tier.")
+
+
+@dataclass
+class LinkResult:
+    mention: str
+    chosen_id: str | None
+    label: str | None
+    confidence: float
+    rationale: str
+    candidates: list[dict[str, Any]]
+    retried: bool
+    abstained: bool
+    type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）")
+
+
+class _AliasTables:
+    """In-memory keys over the alias table: normalised name → entities, token set → entities."""
+
+    def __init__(self, g: Graph, qualifiers: list[str]):
+        self.qualifiers = [norm_key(q) for q in qualifiers]
+        self.base: dict[str, set[str]] = {}
+        self.bag: dict[tuple[str, ...], set[str]] = {}
+        self.names: dict[str, list[str]] = {}
+        for norm, eid, alias, kind in g.iter_aliases():
+            if kind == "xref":
+                continue
+            self.names.setdefault(eid, []).append(alias)
+            toks = self.base_tokens(alias)
+            if not toks:
+                continue
+            self.base.setdefault(" ".join(toks), set()).add(eid)
+            self.bag.setdefault(tuple(sorted(set(toks))), set()).add(eid)
+
+    def base_tokens(self, text: str) -> list[str]:
+        key = norm_key(_PAREN.sub(" ", text))
+        for q in self.qualifiers:
+            if q and re.search(rf"(^|\s){re.escape(q)}($|\s)", key):
+                key = re.sub(rf"(^|\s){re.escape(q)}($|\s)", " ", key)
+        return [light_stem(t) for t in tokenize(key)]
+
+
+_TABLES: dict[tuple, _AliasTables] = {}
+_TABLES_LOCK = threading.Lock()
+
+
+def _tables(g: Graph, qualifiers: list[str]) -> _AliasTables:
+    c = g.counts()
+    key = (str(g.dir.resolve()), c["aliases"], c["entities"], c["documents"], tuple(qualifiers))
+    with _TABLES_LOCK:
+        if key not in _TABLES:
+            for k in [k for k in _TABLES if k[0] == key[0]]:
+                del _TABLES[k]
+            _TABLES[key] = _AliasTables(g, qualifiers)
+        return _TABLES[key]
+
+
+class EntityLinker:
+    """``EntityLinker(graph, config).link("mention") -> LinkResult``.
+
+    ``indexes`` (a :class:`bencao.retrieval.index.Indexes`) adds BM25 and dense candidates; without
+    it only the alias tables are used. ``llm`` is a callable ``prompt -> text`` used by the ``llm``
+    selector and as the synonym generator of the retry.
+    """
+
+    def __init__(self, graph: Graph, config: LinkingConfig | None = None, indexes: Any = None,
+                 llm: Callable[[str], str] | None = None):
+        self.g = graph
+        self.cfg = config or LinkingConfig()
+        self.indexes = indexes
+        self.llm = llm
+        if self.cfg.selector not in SELECTORS:
+            raise BencaoError(f"linking.selector {self.cfg.selector!r} is not one of {', '.join(SELECTORS)}")
+        if self.cfg.selector == "llm" and llm is None:
+            raise BencaoError("linking.selector 'llm' needs an LLM client; configure one or use selector: rules")
+        self.tables = _tables(graph, self.cfg.qualifiers)
+        self._ancestors: dict[str, set[str]] = {}
+
+    # ------------------------------------------------------------------ public
+    def link(self, mention: str) -> LinkResult:
+        if not isinstance(mention, str) or not mention.strip():
+            raise BencaoError("mention is empty")
+        if len(mention) > self.cfg.max_mention_chars:
+            raise BencaoError(f"mention is {len(mention):,} characters, over the {self.cfg.max_mention_chars}-character limit (linking.max_mention_chars)")
+        mention = mention.strip()
+        cands = self._candidates(mention)
+        choice = SELECTORS[self.cfg.selector](self, mention, cands)
+        retried = False
+        if (choice is None or choice["confidence"] < self.cfg.tau) and self.cfg.retry:
+            retried = True
+            for variant, how in self._variants(mention):
+                vc = self._candidates(variant, lexical=False)
+                vchoice = SELECTORS[self.cfg.selector](self, variant, vc)
+                if vchoice is not None:
+                    vchoice = dict(vchoice, confidence=round(vchoice["confidence"] * 0.85, 4),
+                                   rationale=f"retry with {how} {variant!r}: {vchoice['rationale']}")
+                    if choice is None or vchoice["confidence"] > choice["confidence"]:
+                        choice = vchoice
+                        known = {c["id"] for c in cands}
+                        cands = cands + [c for c in vc if c["id"] not in known]
+                    if choice["confidence"] >= self.cfg.tau:
+                        break
+        report = [self._report(c) for c in cands[: self.cfg.max_candidates]]
+        if choice is None or choice["confidence"] < self.cfg.tau:
+            why = choice["rationale"] + f"; confidence {choice['confidence']:.2f} < tau {self.cfg.tau}" if choice else "no candidate"
+            return LinkResult(mention, None, None, round(choice["confidence"], 4) if choice else 0.0, f"abstained: {why}", report, retried, True)
+        ent = self.g.get_entity(choice["id"]) or {}
+        return LinkResult(mention, choice["id"], ent.get("name"), round(choice["confidence"], 4), choice["rationale"], report, retried, False, ent.get("type"))
+
+    # ------------------------------------------------------------------ candidates
+    def _candidates(self, mention: str, lexical: bool = True) -> list[dict[str, Any]]:
+        key = norm_key(mention)
+        m_toks = self.tables.base_tokens(mention)
+        m_set = set(m_toks)
+        pool: dict[str, dict[str, Any]] = {}
+
+        def add(eid: str, tier: int, via: str) -> dict[str, Any]:
+            c = pool.get(eid)
+            if c is None:
+                c = pool[eid] = {"id": eid, "tier": tier, "via": [via], "rrf": 0.0, "lexical": None, "dense": None}
+            else:
+                if tier < c["tier"]:
+                    c["tier"] = tier
+                if via not in c["via"]:
+                    c["via"].append(via)
+            return c
+
+        for r in self.g.conn.execute("SELECT entity_id, kind FROM aliases WHERE norm=?", (key,)):
+            add(r[0], 0 if r[1] == "name" else 1, "exact")
+        if m_toks:
+            for eid in self.tables.base.get(" ".join(m_toks), ()):
+                add(eid, 2, "normalised")
+            for eid in self.tables.bag.get(tuple(sorted(m_set)), ()):
+                add(eid, 3, "tokens")
+        if lexical and self.indexes is not None:
+            for rank, (eid, s) in enumerate(self.indexes.lexical_search("entities", mention, self.cfg.k_lexical)):
+                c = add(eid, 5, "bm25")
+                c["lexical"] = round(s, 4)
+                c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
+            for rank, (eid, s) in enumerate(self.indexes.dense_search("entities", mention, self.cfg.k_dense)):
+                c = add(eid, 5, "dense")
+                c["dense"] = round(s, 4)
+                c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
+        if self.cfg.types:
+            ents = self.g.get_entities(pool)
+            pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
+        # Token coverage for candidates that are not exact: every mention token in one of its names?
+        for c in pool.values():
+            names = self.tables.names.get(c["id"], [])
+            best_extra = None
+            for n in names:
+                n_toks = set(self.tables.base_tokens(n))
+                if m_set and m_set <= n_toks:
+                    extra = len(n_toks - m_set)
+                    best_extra = extra if best_extra is None else min(best_extra, extra)
+            c["extra_tokens"] = best_extra
+            if c["tier"] == 5 and best_extra is not None:
+                c["tier"] = 4
+            c["obsolete"] = bool(names) and all(norm_key(n).startswith("obsolete") for n in names)
+        return self._order(list(pool.values()))
+
+    def _order(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        def key(c: dict[str, Any]) -> tuple:
+            eff = 0 if c["tier"] <= 1 else c["tier"]
+            return (eff, c["obsolete"] and self.cfg.penalise_obsolete, c["extra_tokens"] or 0 if eff == 4 else 0, -c["rrf"], c["tier"], c["id"])
+
+        return sorted(cands, key=key)
+
+    def _variants(self, mention: str) -> list[tuple[str, str]]:
+        """Synonym retry inputs: LLM synonyms (when configured), then sub-phrases in the alias table."""
+        out: list[tuple[str, str]] = []
+        seen = {norm_key(mention)}
+        if self.llm is not None:
+            prompt = (f"Give up to 5 synonyms or alternative names (one per line, no numbering) for the term: {mention}")
+            try:
+                for line in self.llm(prompt).splitlines():
+                    s = line.strip().strip("-•*0123456789. ").strip()
+                    if s and norm_key(s) not in seen and len(s) <= self.cfg.max_mention_chars:
+                        seen.add(norm_key(s))
+                        out.append((s, "LLM synonym"))
+            except Exception as exc:  # noqa: BLE001 - an LLM failure must not lose the rule-based retry
+                out.append((mention, f"(LLM synonym generation failed: {exc})"))
+        toks = tokenize(mention)
+        n = len(toks)
+        joiner = "" if any(ord(ch) > 0x2E80 for ch in mention) else " "
+        for size in range(n - 1, 0, -1):
+            for i in range(n - size, -1, -1):  # right-most first: the head of an English noun phrase
+                sub = joiner.join(toks[i : i + size])
+                k = norm_key(sub)
+                if k in seen or len(k) < 2:
+                    continue
+                seen.add(k)
+                if self.g.conn.execute("SELECT 1 FROM aliases WHERE norm=? LIMIT 1", (k,)).fetchone():
+                    out.append((sub, "sub-phrase"))
+        return out[:8]
+
+    # ------------------------------------------------------------------ helpers
+    def ancestors(self, eid: str, max_depth: int = 30) -> set[str]:
+        if eid in self._ancestors:
+            return self._ancestors[eid]
+        seen: set[str] = set()
+        frontier = [eid]
+        for _ in range(max_depth):
+            nxt = []
+            for x in frontier:
+                for (p,) in self.g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation='is_a'", (x,)):
+                    if p not in seen and p != eid:
+                        seen.add(p)
+                        nxt.append(p)
+            if not nxt:
+                break
+            frontier = nxt
+        self._ancestors[eid] = seen
+        return seen
+
+    def confidence(self, c: dict[str, Any], n_rivals: int) -> float:
+        if c["tier"] in TIER_CONF:
+            base = TIER_CONF[c["tier"]]
+            if c["tier"] == 4 and c["extra_tokens"]:
+                base -= 0.04 * min(c["extra_tokens"], 5)
+            if c["dense"] is not None:
+                base = max(base, min(0.9, c["dense"]))
+            conf = base - 0.05 * min(n_rivals, 4)
+        else:
+            conf = max(c["dense"] or 0.0, 0.0) if (c["dense"] or 0) >= self.cfg.min_dense else 0.5 * (c["dense"] or 0.0)
+        if c.get("obsolete"):
+            conf -= 0.1
+        return max(0.0, min(1.0, conf))
+
+    def _report(self, c: dict[str, Any]) -> dict[str, Any]:
+        name = (self.tables.names.get(c["id"]) or [None])[0]
+        return {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
+                "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+
+
+# ---------------------------------------------------------------------- selectors
+
+
+def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Exact-match preference, then the most specific concept by ``is_a``, then the fused rank."""
+    if not cands:
+        return None
+    top_tier = min(0 if c["tier"] <= 1 else c["tier"] for c in cands)
+    group = [c for c in cands if (0 if c["tier"] <= 1 else c["tier"]) == top_tier and not c["obsolete"]] or \
+            [c for c in cands if (0 if c["tier"] <= 1 else c["tier"]) == top_tier]
+    reason = TIER_NAMES[group[0]["tier"]] if top_tier <= 4 else "best fused lexical/dense rank"
+    if top_tier <= 4 and len(group) > 1:
+        ids = {c["id"] for c in group}
+        # Specificity: drop a candidate when another candidate of the group descends from it.
+        covered: set[str] = set()
+        for c in group:
+            covered |= linker.ancestors(c["id"]) & ids
+        specific = [c for c in group if c["id"] not in covered]
+        if specific and len(specific) < len(group):
+            reason += f"; most specific of {len(group)} along is_a"
+            group = specific
+    best = group[0]
+    rivals = len([c for c in group if c is not best])
+    if rivals:
+        reason += f"; {rivals} other candidate(s) of the same tier, chosen by fused rank"
+    if best["dense"] is not None:
+        reason += f"; cosine {best['dense']:.2f}"
+    return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}
+
+
+def select_llm(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Ask the LLM to pick among the top candidates with the rules' rubric; it may answer no match."""
+    if not cands:
+        return None
+    shown = cands[: linker.cfg.max_candidates]
+    lines = []
+    for i, c in enumerate(shown):
+        ent = linker.g.get_entity(c["id"]) or {}
+        lines.append(f"{i}. {c['id']} | {ent.get('name')} | {(ent.get('description') or '')[:160]}")
+    prompt = (
+        "Link the mention to one concept. Prefer an exact label or synonym match; among those the most specific "
+        "concept that still fits; answer -1 when none fits.\n"
+        f"Mention: {mention}\nCandidates:\n" + "\n".join(lines) +
+        '\nAnswer with JSON only: {"choice": <number or -1>, "confidence": <0..1>, "rationale": "<short>"}')
+    raw = linker.llm(prompt)  # type: ignore[misc]
+    m = re.search(r"\{.*\}", raw, re.S)
+    try:
+        obj = json.loads(m.group(0)) if m else {}
+        idx = int(obj.get("choice", -1))
+        conf = float(obj.get("confidence", 0.0))
+    except (ValueError, TypeError, json.JSONDecodeError):
+        return select_rules(linker, mention, cands) | {"rationale": "LLM answer unreadable; rules used"}
+    if idx < 0 or idx >= len(shown):
+        return {"id": shown[0]["id"], "confidence": 0.0, "rationale": f"LLM: no match ({obj.get('rationale', '')})"}
+    return {"id": shown[idx]["id"], "confidence": max(0.0, min(1.0, conf)), "rationale": f"LLM: {obj.get('rationale', '')}"}
+
+
+SELECTORS: dict[str, Callable[[EntityLinker, str, list[dict[str, Any]]], dict[str, Any] | None]] = {
+    "rules": select_rules,
+    "llm": select_llm,
+}

@@ -1,0 +1,92 @@
+"""The retrieval run configuration: one YAML (``configs/retrieval/*.yaml``) with one section per stage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bencao.config import field, load_config
+from bencao.retrieval.index.build import IndexConfig
+from bencao.retrieval.linking import LinkingConfig
+
+
+@dataclass
+class QuestionConfig:
+    max_mentions: int = field(8, help="Most entity mentions taken from a question (longest alias matches first).")
+    max_ngram: int = field(6, help="Longest English word n-gram / Chinese jieba-token n-gram matched against the alias table.")
+    min_cjk_chars: int = field(2, help="Shortest Chinese mention matched in a question (single characters are too ambiguous).")
+    dense_entities: int = field(3, help="Extra entities from dense search over the question (readable languages only).")
+    min_dense: float = field(0.6, help="Cosine needed for such a dense-only entity.")
+    stopwords: list[str] = field(default_factory=lambda: ["a", "an", "the", "of", "and", "or", "is", "are", "be", "to", "in", "on", "for", "with",
+                                                          "what", "which", "who", "how", "does", "do", "can", "it", "as", "by", "at", "not",
+                                                          "no", "yes", "true", "false", "food", "type", "use", "used"],
+                                 help="Question words never linked on their own.")
+
+
+@dataclass
+class MicroConfig:
+    enabled: bool = field(True, help="Micro retrieval: query triples (or the question) → nearest graph triples → their snippets.")
+    k_triples: int = field(10, help="Nearest triples per query (dense + lexical fused).")
+    anchored_triples: int = field(20, help="Triples incident to the linked entities, by confidence.")
+    snippets_per_triple: int = field(2, help="Source snippets kept per retrieved triple (triple_sources).")
+
+
+@dataclass
+class MacroConfig:
+    enabled: bool = field(True, help="Macro retrieval: question → nearest snippets and sections, dense + lexical.")
+    k_snippets: int = field(8, help="Snippets kept after fusion.")
+    k_sections: int = field(3, help="Sections kept after fusion (their first snippets join the evidence).")
+    k_each: int = field(20, help="Candidates taken from each of dense and lexical search before fusion.")
+    rrf_k: int = field(60, help="Reciprocal-rank-fusion constant.")
+
+
+@dataclass
+class PathsConfig:
+    enabled: bool = field(True, help="Reasoning paths from the linked entities (Yaoshi-RAG).")
+    max_hops: int = field(2, help="Longest relation path.")
+    n_patterns: int = field(30, help="Most frequent relation sequences (mined from the graph) that paths may follow.")
+    planner: str = field("mined", help="Relation-path planner: mined (frequent sequences) or llm (needs an LLM).")
+    max_paths: int = field(400, help="Paths enumerated before scoring.")
+    neighbour_limit: int = field(30, help="One-hop neighbours per path entity added to the PageRank subgraph.")
+    damping: float = field(0.85, help="PageRank damping factor.")
+    top_k: int = field(10, help="Paths kept, by PathScore = product of confidences × mean PageRank.")
+
+
+@dataclass
+class LayersConfig:
+    enabled: bool = field(True, help="Two-layer links (MLKG): follow stored cross-layer links of linked entities.")
+    delta: float = field(0.35, help="Cosine distance below which link_layers connects an entity to its nearest entity of the other layer.")
+    source_layer: str = field("case", help="Layer whose entities are linked (link_layers).")
+    target_layer: str = field("terminology", help="Layer linked to.")
+    therapy: bool = field(True, help="Top-down 'therapy retrieval' through the section tree (book → chapter → section).")
+    beam: int = field(2, help="Sections kept at each level of the top-down descent.")
+    therapy_snippets: int = field(3, help="Snippets taken from the leaf sections reached.")
+
+
+@dataclass
+class EvidenceConfig:
+    token_budget: int = field(2500, help="Evidence is trimmed to this many tokens (bencao.text.count_tokens).")
+    max_entities: int = field(12, help="Linked entities kept.")
+    max_triples: int = field(30, help="Triples kept.")
+
+
+@dataclass
+class RetrievalConfig:
+    index: IndexConfig = field(default_factory=IndexConfig, help="Indexes and the embedder.")
+    linking: LinkingConfig = field(default_factory=LinkingConfig, help="Entity linking.")
+    question: QuestionConfig = field(default_factory=QuestionConfig, help="Mentions from a question without an LLM.")
+    micro: MicroConfig = field(default_factory=MicroConfig, help="Micro (triple) retrieval.")
+    macro: MacroConfig = field(default_factory=MacroConfig, help="Macro (snippet/section) retrieval.")
+    paths: PathsConfig = field(default_factory=PathsConfig, help="Reasoning paths and PageRank.")
+    layers: LayersConfig = field(default_factory=LayersConfig, help="Two-layer links and therapy retrieval.")
+    evidence: EvidenceConfig = field(default_factory=EvidenceConfig, help="Assembly under a token budget.")
+
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "retrieval" / "default.yaml"
+
+
+def load_retrieval_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RetrievalConfig:
+    """Read a retrieval YAML (the built-in defaults when ``path`` is None) with ``key=value`` overrides."""
+    cfg = load_config(RetrievalConfig, path, overrides)
+    cfg.index.validate()
+    return cfg

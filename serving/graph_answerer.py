@@ -1,0 +1,177 @@
+"""LLM-free answers grounded in the graph: multiple choice, true/false, ranking, short answers.
+
+Every score comes from the ``Evidence`` the retriever returned, so each answer can be checked:
+
+- an option / candidate is *supported* by (a) being a linked entity of the evidence that a path or
+  triple connects to a question entity (PathScore, triple confidence), and (b) snippet support:
+  the share of its content tokens found in an evidence snippet that also contains a question
+  keyword, weighted by that snippet's rank;
+- below ``min_support`` the answerer abstains ("not in the knowledge base").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bencao.config import field
+from bencao.errors import BencaoError
+from bencao.retrieval.evidence import Evidence, path_heading
+from bencao.retrieval.index.lexical import analyze
+from bencao.text import has_cjk, split_sentences
+
+NOT_IN_KB = "not in the knowledge base"
+_NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
+_NEGATIONS_ZH = ("不", "无", "非", "勿", "忌", "禁", "未", "莫")
+
+
+@dataclass
+class AnswererConfig:
+    w_graph: float = field(0.5, help="Weight of graph support (paths/triples linking option and question entities).")
+    w_text: float = field(0.5, help="Weight of snippet support (option tokens co-occurring with question keywords).")
+    min_support: float = field(0.05, help="Below this best score the answerer abstains.")
+    multi_ratio: float = field(1.0, help="Multiple-choice: options scoring ≥ ratio × best are all answered (1.0 = ties only).")
+    tf_true: float = field(0.6, help="True/false: support at or above this is True.")
+    tf_false: float = field(0.3, help="True/false: support below this (with evidence present) is False; between → abstain.")
+    select_ratio: float = field(0.5, help="Ranking: candidates scoring ≥ ratio × best are 'selected'.")
+    max_sentences: int = field(3, help="Sentences quoted in a free-form answer.")
+
+
+def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
+    toks = [t for t in analyze(text) if t not in stop]
+    return [t for t in toks if has_cjk(t) or len(t) > 2]
+
+
+class GraphAnswerer:
+    def __init__(self, retriever: Any, config: AnswererConfig | None = None):
+        self.retriever = retriever
+        self.cfg = config or AnswererConfig()
+        qcfg = getattr(getattr(retriever, "cfg", None), "question", None)
+        self.stop = frozenset(qcfg.stopwords) if qcfg is not None else frozenset()
+
+    # ------------------------------------------------------------------ scoring
+    def _graph_support(self, ev: Evidence, role: str) -> float:
+        """Best PathScore-derived or triple-confidence support of entities linked for ``role``."""
+        ids = {e["id"] for e in ev.entities if role in e.get("roles", [])}
+        q_ids = {e["id"] for e in ev.entities if "question" in e.get("roles", [])}
+        if not ids:
+            return 0.0
+        best = 0.0
+        max_path = max((p["score"] for p in ev.paths), default=0.0) or 1.0
+        for p in ev.paths:
+            ends = {p["entities"][0], p["entities"][-1]}
+            if ends & ids and ends & q_ids and not (ids >= ends):
+                best = max(best, 0.5 + 0.5 * p["score"] / max_path)
+        for t in ev.triples:
+            pair = {t["head_id"], t["tail_id"]}
+            if pair & ids and pair & q_ids and not (ids >= pair):
+                best = max(best, 0.5 * float(t["confidence"]) + 0.4)
+        conf = max(e["confidence"] for e in ev.entities if e["id"] in ids)
+        return min(1.0, best) * conf if best else 0.1 * conf
+
+    def _text_support(self, ev: Evidence, text: str, q_tokens: set[str]) -> float:
+        toks = set(_content_tokens(text, self.stop))
+        if not toks:
+            return 0.0
+        best = 0.0
+        for rank, s in enumerate(ev.snippets):
+            s_toks = set(analyze(s.get("text", "")))
+            cover = len(toks & s_toks) / len(toks)
+            if not cover:
+                continue
+            q_hit = 1.0 if not q_tokens or q_tokens & s_toks else 0.5
+            best = max(best, cover * q_hit / (1.0 + 0.1 * rank))
+        for line in [Evidence.triple_text(t) for t in ev.triples] + [e.get("description") or "" for e in ev.entities]:
+            l_toks = set(analyze(line))
+            cover = len(toks & l_toks) / len(toks)
+            if cover and (not q_tokens or q_tokens & l_toks):
+                best = max(best, 0.8 * cover)
+        return best
+
+    def _score_options(self, question: str, texts: list[str]) -> tuple[list[float], Evidence]:
+        ev = self.retriever.retrieve(question, options=texts)
+        q_tokens = set(_content_tokens(question, self.stop))
+        scores = []
+        for i, t in enumerate(texts):
+            s = self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
+            scores.append(round(s, 6))
+        return scores, ev
+
+    # ------------------------------------------------------------------ tasks
+    def answer_mcq(self, question: str, options: dict[str, str]) -> dict[str, Any]:
+        if not options:
+            raise BencaoError("multiple-choice question has no options")
+        letters = list(options)
+        scores, ev = self._score_options(question, [str(options[k]) for k in letters])
+        by = dict(zip(letters, scores))
+        ranking = sorted(letters, key=lambda k: (-by[k], letters.index(k)))
+        top = by[ranking[0]]
+        abstained = top < self.cfg.min_support
+        answer = [] if abstained else [k for k in ranking if by[k] >= self.cfg.multi_ratio * top and by[k] > 0]
+        return {"answer": answer, "ranking": ranking, "scores": by, "abstained": abstained, "evidence": ev}
+
+    def answer_tf(self, statement: str) -> dict[str, Any]:
+        ev = self.retriever.retrieve(statement)
+        toks = set(_content_tokens(statement, self.stop))
+        if ev.is_empty() or not toks:
+            return {"answer": None, "score": 0.0, "abstained": True, "evidence": ev}
+        best, best_line = 0.0, ""
+        lines = [s.get("text", "") for s in ev.snippets] + [Evidence.triple_text(t) for t in ev.triples] + [p.get("text", "") for p in ev.paths]
+        for line in lines:
+            for sent in split_sentences(line) or [line]:
+                cover = len(toks & set(analyze(sent))) / len(toks)
+                if cover > best:
+                    best, best_line = cover, sent
+        if _negated(statement) != _negated(best_line) and best >= self.cfg.tf_true:
+            best = 1.0 - best  # the evidence says the opposite
+        if best >= self.cfg.tf_true:
+            ans: bool | None = True
+        elif best < self.cfg.tf_false:
+            ans = False
+        else:
+            ans = None
+        return {"answer": ans, "score": round(best, 4), "abstained": ans is None, "evidence": ev}
+
+    def rank_candidates(self, query: str, candidates: list[str]) -> dict[str, Any]:
+        if not candidates:
+            raise BencaoError("no candidates to rank")
+        scores, ev = self._score_options(query, list(candidates))
+        order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
+        top = scores[order[0]]
+        abstained = top < self.cfg.min_support
+        selected = [] if abstained else [candidates[i] for i in order if scores[i] >= self.cfg.select_ratio * top and scores[i] > 0]
+        return {"ranking": [candidates[i] for i in order], "scores": {c: s for c, s in zip(candidates, scores)}, "selected": selected,
+                "abstained": abstained, "evidence": ev}
+
+    def answer(self, question: str) -> dict[str, Any]:
+        """A short extractive answer with [n] citations, or 'not in the knowledge base'."""
+        ev = self.retriever.retrieve(question)
+        q_tokens = set(_content_tokens(question, self.stop))
+        refs = {r["snippet_id"]: r["n"] for r in ev.references()}
+        scored: list[tuple[float, str]] = []
+        for s in ev.snippets:
+            for sent in split_sentences(s.get("text", "")):
+                st = set(analyze(sent))
+                cover = len(q_tokens & st) / len(q_tokens) if q_tokens else 0.0
+                if cover:
+                    scored.append((cover + 0.01 * s.get("score", 0.0), f"{sent} [{refs[s['id']]}]"))
+        support = max([c for c, _ in scored], default=0.0)
+        path_lines = [p["text"] for p in ev.paths[:2] if p.get("connects")]
+        if ev.is_empty() or (support < max(self.cfg.min_support, 0.34) and not path_lines and not ev.entities):
+            return {"answer": NOT_IN_KB, "abstained": True, "support": round(support, 4), "evidence": ev}
+        parts: list[str] = []
+        if ev.entities:
+            e = ev.entities[0]
+            if e.get("description"):
+                parts.append(f"{e['name']}: {e['description']}")
+        parts += path_lines
+        parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
+        if not parts:
+            parts = [Evidence.triple_text(t) for t in ev.triples[:3]] or [path_heading(s.get("path")) for s in ev.snippets[:2]]
+        return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4), "evidence": ev}
+
+
+def _negated(text: str) -> bool:
+    if has_cjk(text):
+        return any(n in text for n in _NEGATIONS_ZH)
+    return bool(_NEGATIONS_EN & set(text.lower().replace("n't", " not").split()))

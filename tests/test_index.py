@@ -1,0 +1,133 @@
+"""Indexes: FAISS exact/approximate, BM25 with jieba and traditional/simplified, incremental updates."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from retrieval_graphs import DEMO_INDEX, build_tcm_graph, demo_graph_dir
+
+from bencao.errors import BencaoError
+from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.index import Indexes, IndexConfig, open_indexes, update_indexes
+from bencao.retrieval.index.dense import DenseIndex, DenseParams
+from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embed_with_cache, get_embedder
+from bencao.retrieval.index.lexical import LexicalIndex, analyze, light_stem
+
+
+def _unit(n, d=32, seed=0):
+    x = np.random.default_rng(seed).normal(size=(n, d)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+@pytest.mark.parametrize("params, kind", [(DenseParams(exact_max=10_000), "flat"), (DenseParams(exact_max=100, ann="hnsw"), "hnsw"),
+                                          (DenseParams(exact_max=100, ann="ivf", ivf_nprobe=64), "ivf")])
+def test_dense_index_kinds_find_their_own_vectors(tmp_path, params, kind):
+    x = _unit(2000)
+    ids = [f"id{i}" for i in range(len(x))]
+    idx = DenseIndex.build(x, ids, params)
+    assert idx.kind_name == kind
+    hits = idx.search(x[:200], 1)
+    recall = sum(h[0][0] == f"id{i}" for i, h in enumerate(hits)) / 200
+    assert recall >= (1.0 if kind == "flat" else 0.9)
+    assert hits[0][0][1] == pytest.approx(1.0, abs=1e-4)
+    idx.save(tmp_path, "things")
+    again = DenseIndex.load(tmp_path, "things")
+    assert again.ids == ids and again.kind_name == kind
+    with pytest.raises(BencaoError, match="dimensions"):
+        again.search(_unit(1, d=16), 1)
+
+
+def test_lexical_matches_traditional_chinese_and_english_plurals(tmp_path):
+    docs = ["山药味甘温补中益气", "大枣味甘平安中养脾", "fresh apples and pears", "berries in syrup"]
+    idx = LexicalIndex.build([analyze(d) for d in docs], ["a", "b", "c", "d"])
+    idx.save(tmp_path / "lex")
+    idx = LexicalIndex.load(tmp_path / "lex")
+    assert idx.search("山藥", 2)[0][0] == "a"  # traditional query, simplified document
+    assert idx.search("apple", 1)[0][0] == "c"
+    assert idx.search("berry", 1)[0][0] == "d"
+    assert idx.search("nothing matches", 3) == []
+    assert light_stem("potatoes") == "potato" and light_stem("glass") == "glass"
+
+
+def test_demo_indexes_search_and_manifest():
+    d = demo_graph_dir()
+    g = Graph.open(d)
+    m = g.read_manifest()
+    assert m["indexes"]["embedder"] == "all-MiniLM-L6-v2"
+    assert m["indexes"]["dense"]["entities"]["n"] == 757
+    assert "all-MiniLM-L6-v2" in m["embedders"]
+    ix = open_indexes(g)  # None = the configuration recorded in the manifest
+    assert "FOODON:00002473" in [i for i, _ in ix.dense_search("entities", "apple", 2)]
+    assert ix.lexical_search("entities", "apples", 3)[0][0] == "FOODON:00002473"
+    assert ix.dense_search("entities", "山药", 5) == []  # MiniLM cannot read Chinese: no dense query
+    again = update_indexes(g, None)
+    assert again["embedded"] == 0  # nothing changed, nothing embedded
+    g.close()
+
+
+def test_graph_add_embeds_only_new_english_items_and_remove_updates(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="one", kind="kb", content_key="k1", format="test")
+    b.entity("rolled oats", "food", description="Oat grains flattened by rollers.")
+    g.commit(b)
+    s1 = update_indexes(g, DEMO_INDEX)
+    assert s1["embedded"] == 1
+    b = g.builder(source="two", kind="kb", content_key="k2", format="test")
+    b.entity("buckwheat honey", "food")
+    b.entity("荞麦蜂蜜", "food")  # Chinese: lexical only under the default English embedder
+    g.commit(b)
+    s2 = update_indexes(g, None)
+    assert s2["embedded"] == 1
+    assert s2["dense"]["entities"] == {"n": 2, "of": 3, "type": "flat"}
+    ix = open_indexes(g)
+    honey_zh = g.find_entity_id("荞麦蜂蜜")
+    assert ix.lexical_search("entities", "蕎麥蜂蜜", 1)[0][0] == honey_zh
+    doc2 = [d["id"] for d in g.documents() if d["source"] == "two"][0]
+    g.remove_document(doc2)
+    s3 = update_indexes(g, None)
+    assert s3["embedded"] == 0 and s3["dense"]["entities"]["n"] == 1
+    assert [i for i, _ in open_indexes(g).lexical_search("entities", "honey", 5)] == []
+    g.close()
+
+
+def test_interrupted_embedding_resumes_from_cache(tmp_path):
+    real = get_embedder(EmbedderConfig())
+
+    class Failing:
+        id, dim = real.id, real.dim
+        calls = 0
+
+        def encode(self, texts, query=False):
+            Failing.calls += 1
+            if Failing.calls > 1:
+                raise KeyboardInterrupt
+            return real.encode(texts)
+
+    cache = EmbeddingCache(tmp_path / "cache.sqlite", real.dim)
+    texts = [f"food number {i}" for i in range(10)]
+    with pytest.raises(KeyboardInterrupt):
+        embed_with_cache(Failing(), cache, texts, batch=4)
+    vecs, n_new = embed_with_cache(real, cache, texts, batch=4)
+    assert n_new == 6  # the first batch of 4 survived the interruption
+    assert vecs.shape == (10, real.dim)
+    assert np.allclose(vecs[0], real.encode([texts[0]])[0], atol=1e-5)
+
+
+def test_index_built_with_another_embedder_is_a_clear_error(tmp_path):
+    g = build_tcm_graph(tmp_path / "tcm", index={"dense_kinds": ["entities"], "embedder": {"languages": ["*"]}, "shared_cache": False})
+    cfg = IndexConfig(embedder=EmbedderConfig(model="/models/bge-m3"))
+    with pytest.raises(BencaoError, match="built with embedder all-MiniLM-L6-v2.*'bge-m3'"):
+        Indexes(g, cfg)
+    with pytest.raises(BencaoError, match="not one of"):
+        update_indexes(g, {"kinds": ["pages"]})
+    g.close()
+
+
+def test_manifest_records_config_for_refresh(tmp_path):
+    g = build_tcm_graph(tmp_path / "tcm")
+    m = json.loads((tmp_path / "tcm" / "manifest.json").read_text(encoding="utf-8"))
+    assert m["indexes"]["config"]["dense_kinds"] == []
+    assert m["indexes"]["lexical"]["snippets"] == 4
+    g.close()
