@@ -30,10 +30,26 @@ def bf16_available() -> bool:
     return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
 
 
+def _distributed_env() -> bool:
+    import os
+
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 or os.environ.get("LOCAL_RANK") is not None
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (hasattr(torch, "xpu") and torch.xpu.is_available())
+
+
 def recipe_dict(config: str | Path | None, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Read the YAML recipe and apply ``key=value`` overrides; ``bf16: auto`` is resolved here."""
     data = read_yaml(config) if config else {}
     data = apply_overrides(data, list(overrides))
+    if "use_cpu" not in data and _distributed_env() and not _has_accelerator():
+        # Under torchrun on a CPU-only machine accelerate forms a MULTI_CPU (gloo) group only with
+        # use_cpu; without it every rank would silently train alone.
+        data["use_cpu"] = True
     if str(data.get("bf16", "auto")).lower() == "auto":
         data["bf16"] = bf16_available() and not data.get("fp16", False)
     return data

@@ -49,7 +49,9 @@ def sft_cmd(
     if not dry_run:
         rc = launch.run(cmd)
         if rc:
-            raise typer.Exit(rc)
+            from bencao.errors import BencaoError
+
+            raise BencaoError(f"training under accelerate launch failed (exit code {rc}); see the log above")
 
 
 @train_app.command("embedder")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import sys
 from dataclasses import dataclass, field
@@ -157,10 +158,12 @@ class SameGroupBatchSampler(_default_sampler_base()):  # type: ignore[misc]
             pending = by_group[g][:]
             rng.shuffle(pending)
             while pending:
+                # Even split (5 rows, batch 4 -> 3 + 2), so no group ends in a batch of one.
+                cap = math.ceil(len(pending) / math.ceil(len(pending) / self.batch_size))
                 batch, seen, rest = [], set(), []
                 for i in pending:
                     texts = {t for t in self.texts[i] if t}
-                    if len(batch) < self.batch_size and not (texts & seen):
+                    if len(batch) < cap and not (texts & seen):
                         batch.append(i)
                         seen |= texts
                     else:

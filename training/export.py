@@ -103,6 +103,14 @@ def merge_sentence_transformer(model_dir: Path, base: str | None, summary: dict[
                 setattr(parent, name.rsplit(".", 1)[-1], sub.get_base_layer())
                 merged_any = True
         inner._hf_peft_config_loaded = False
+        # transformers records the renames it applied when loading the adapter and reverses them on
+        # save ("base_model.model." prefixes); the merged weights are plain, so drop those renames.
+        convs = getattr(inner, "_weight_conversions", None)
+        if convs:
+            inner._weight_conversions = [
+                c for c in convs
+                if not any("base_model.model." in p or "lora_" in p for p in getattr(c, "source_patterns", []) or [])
+            ]
         if hasattr(inner, "peft_config"):
             del inner.peft_config
     if not merged_any:

@@ -240,7 +240,7 @@ def summary(trainer, script_args, training_args, model_args, n_train: int, n_eva
         )
     }
     hp["lr_scheduler_type"] = str(hp["lr_scheduler_type"]).split(".")[-1].lower()
-    hp["world_size"] = training_args.world_size
+    hp["world_size"] = trainer.accelerator.num_processes
     hp["deepspeed"] = training_args.deepspeed if isinstance(training_args.deepspeed, str) else bool(training_args.deepspeed)
     hp["method"] = "lora" if model_args.use_peft else "full"
     if model_args.use_peft:

