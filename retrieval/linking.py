@@ -48,7 +48,7 @@ class LinkingConfig:
     qualifiers: list[str] = field(default_factory=lambda: ["food product", "not further specified", "nfs", "nos", "unspecified"],
                                   help="Generic words dropped from names to form their normalised key (parenthesised text is always dropped).")
     types: list[str] = field(default_factory=list, help="Only link to entities of these types (empty = any).")
-    penalise_obsolete: bool = field(True, help="Names starting with 'obsolete' rank after live terms of the same tier.")
+    penalise_obsolete: bool = field(True, help="Entities whose name starts with 'obsolete' (deprecated terms) rank after every live candidate.")
 
 
 @dataclass
@@ -78,18 +78,23 @@ class _AliasTables:
         self.base: dict[str, set[str]] = {}
         self.bag: dict[tuple[str, ...], set[str]] = {}
         self.names: dict[str, list[str]] = {}
+        self.obsolete: set[str] = set()
         for norm, eid, alias, kind in g.iter_aliases():
             if kind == "xref":
                 continue
+            if kind == "name" and norm.startswith("obsolete"):
+                self.obsolete.add(eid)
             self.names.setdefault(eid, []).append(alias)
             toks = self.base_tokens(alias)
             if not toks:
                 continue
             self.base.setdefault(" ".join(toks), set()).add(eid)
             self.bag.setdefault(tuple(sorted(set(toks))), set()).add(eid)
+            if _PAREN.search(alias):  # 'beef (ground)' also answers to 'ground beef'
+                self.bag.setdefault(tuple(sorted(set(self.base_tokens(alias, keep_parens=True)))), set()).add(eid)
 
-    def base_tokens(self, text: str) -> list[str]:
-        key = norm_key(_PAREN.sub(" ", text))
+    def base_tokens(self, text: str, keep_parens: bool = False) -> list[str]:
+        key = norm_key(text if keep_parens else _PAREN.sub(" ", text))
         for q in self.qualifiers:
             if q and re.search(rf"(^|\s){re.escape(q)}($|\s)", key):
                 key = re.sub(rf"(^|\s){re.escape(q)}($|\s)", " ", key)
@@ -101,8 +106,7 @@ _TABLES_LOCK = threading.Lock()
 
 
 def _tables(g: Graph, qualifiers: list[str]) -> _AliasTables:
-    c = g.counts()
-    key = (str(g.dir.resolve()), c["aliases"], c["entities"], c["documents"], tuple(qualifiers))
+    key = (*g.state_key(), tuple(qualifiers))  # state_key()[0] is the graph directory
     with _TABLES_LOCK:
         if key not in _TABLES:
             for k in [k for k in _TABLES if k[0] == key[0]]:
@@ -212,13 +216,13 @@ class EntityLinker:
             c["extra_tokens"] = best_extra
             if c["tier"] == 5 and best_extra is not None:
                 c["tier"] = 4
-            c["obsolete"] = bool(names) and all(norm_key(n).startswith("obsolete") for n in names)
+            c["obsolete"] = c["id"] in self.tables.obsolete and self.cfg.penalise_obsolete
         return self._order(list(pool.values()))
 
     def _order(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def key(c: dict[str, Any]) -> tuple:
             eff = 0 if c["tier"] <= 1 else c["tier"]
-            return (eff, c["obsolete"] and self.cfg.penalise_obsolete, c["extra_tokens"] or 0 if eff == 4 else 0, -c["rrf"], c["tier"], c["id"])
+            return (c["obsolete"], eff, c["extra_tokens"] or 0 if eff == 4 else 0, -c["rrf"], c["tier"], c["id"])
 
         return sorted(cands, key=key)
 
@@ -296,9 +300,9 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     """Exact-match preference, then the most specific concept by ``is_a``, then the fused rank."""
     if not cands:
         return None
-    top_tier = min(0 if c["tier"] <= 1 else c["tier"] for c in cands)
-    group = [c for c in cands if (0 if c["tier"] <= 1 else c["tier"]) == top_tier and not c["obsolete"]] or \
-            [c for c in cands if (0 if c["tier"] <= 1 else c["tier"]) == top_tier]
+    live = [c for c in cands if not c["obsolete"]] or cands  # deprecated terms only when nothing else fits
+    top_tier = min(0 if c["tier"] <= 1 else c["tier"] for c in live)
+    group = [c for c in live if (0 if c["tier"] <= 1 else c["tier"]) == top_tier]
     reason = TIER_NAMES[group[0]["tier"]] if top_tier <= 4 else "best fused lexical/dense rank"
     if top_tier <= 4 and len(group) > 1:
         ids = {c["id"] for c in group}

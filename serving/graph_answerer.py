@@ -164,6 +164,8 @@ class GraphAnswerer:
             e = ev.entities[0]
             if e.get("description"):
                 parts.append(f"{e['name']}: {e['description']}")
+            facts = sorted((t for t in ev.triples if e["id"] in (t["head_id"], t["tail_id"])), key=lambda t: -t["confidence"])
+            parts += [f"{Evidence.triple_text(t)} (confidence {t['confidence']:.2f})" for t in facts[: self.cfg.max_sentences]]
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
