@@ -64,6 +64,24 @@ def build(
                f"{s['snippets']} snippets, {s['entities']} entities, {s['triples']} triples")
 
 
+@graph_app.command("index")
+def index(
+    graph: Path = GRAPH_OPT,
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Retrieval YAML whose `index` section is used (default: the configuration recorded at the last index build, else built-in defaults)."),
+    force: bool = typer.Option(False, "--force", help="Rebuild every index even when its items did not change (vectors still come from the cache)."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="Index overrides key=value, e.g. embedder.languages=[en,zh] dense_kinds=[entities]."),
+) -> None:
+    """Build or refresh the retrieval indexes: BM25 per kind, dense vectors per embedder (cached by text hash)."""
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index import resolve_index_config, update_indexes
+
+    con = _console()
+    with Graph.open(graph) as g:
+        cfg = resolve_index_config(g, config, overrides or [])
+        summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"embedding {kind}: {i}/{n}", end="\r"))
+    typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
+
+
 @graph_app.command("add")
 def add(
     path: Path = typer.Argument(..., help="Input file (.gz accepted)."),

@@ -131,3 +131,14 @@ def test_manifest_records_config_for_refresh(tmp_path):
     assert m["indexes"]["config"]["dense_kinds"] == []
     assert m["indexes"]["lexical"]["snippets"] == 4
     g.close()
+
+
+def test_graph_index_command(tmp_path, capsys):
+    from bencao.cli import main
+
+    g = build_tcm_graph(tmp_path / "tcm")
+    g.close()
+    assert main(["graph", "index", "--graph", str(tmp_path / "tcm"), "--force", "kinds=[entities,snippets]", "dense_kinds=[]"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["lexical"] == {"entities": 10, "snippets": 4} and summary["embedded"] == 0
+    assert main(["graph", "index", "--graph", str(tmp_path / "nope")]) == 2
