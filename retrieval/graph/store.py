@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import sqlite3
 import threading
 from collections import Counter
@@ -111,6 +112,7 @@ class DocumentBuilder:
         self._section_levels: dict[str, int] = {}
         self._snippet_ord: Counter[str] = Counter()
         self._local_names: dict[tuple[str, str], str] = {}
+        self._attrs_cache: dict[tuple, str] = {}
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
@@ -192,7 +194,7 @@ class DocumentBuilder:
         if relation not in self.relations:
             self.relations[relation] = (relation, None, None, None)
         tid = triple_id_for(head_id, relation, tail_id)
-        attrs = json.dumps(attributes, ensure_ascii=False, sort_keys=True) if attributes else "{}"
+        attrs = self._attrs_json(attributes) if attributes else "{}"
         prev = self.triples.get(tid)
         if prev is None or confidence > prev[4]:
             self.triples[tid] = (tid, head_id, relation, tail_id, confidence, layer, origin, attrs)
@@ -202,6 +204,21 @@ class DocumentBuilder:
         if old is None or confidence > old[4]:
             self.triple_sources[src_key] = (tid, self.document_id, snippet, kind, confidence, layer, origin, attrs)
         return tid
+
+    def _attrs_json(self, attributes: dict[str, Any]) -> str:
+        """JSON of a triple's attributes; the few distinct flat ones (e.g. a KB row's source and
+        rating) are encoded once per document instead of once per triple."""
+        try:
+            key = tuple((k, type(v).__name__, v) for k, v in sorted(attributes.items()))  # 1, 1.0 and True stay apart
+            hash(key)
+        except TypeError:  # lists or dicts as values
+            return json.dumps(attributes, ensure_ascii=False, sort_keys=True)
+        out = self._attrs_cache.get(key)
+        if out is None:
+            out = json.dumps(attributes, ensure_ascii=False, sort_keys=True)
+            if len(self._attrs_cache) < 10_000:
+                self._attrs_cache[key] = out
+        return out
 
     def link(self, src_id: str, dst_id: str, kind: str, score: float) -> None:
         self.links[(src_id, dst_id, kind)] = score
@@ -326,11 +343,29 @@ class Graph:
                 # (a source that says nothing of an entity, e.g. a relation file naming it, changes no merged view)
                 self._refresh_entities([e.id for e in b.entities.values() if e.attributes or e.description], only_shared=True)
                 self._refresh_triples(list(b.triples), only_shared=True)
+                self._bump_generation()
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
         return True
+
+    def _bump_generation(self) -> None:
+        self.conn.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
+                          "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def state_key(self) -> tuple:
+        """A cheap key that changes whenever a document is committed or removed (or the store file is
+        replaced): per-graph caches (alias tables, adjacency, mined patterns) are keyed by it instead of
+        counting rows, which costs a table scan on a large graph. Rows this connection changed outside
+        commit/remove (e.g. confidence updates) also change it; such updates made by another process
+        are seen once the graph is reopened."""
+        r = self.conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        try:
+            ino = os.stat(self.dir / DB_NAME).st_ino
+        except OSError:
+            ino = 0
+        return (str(self.dir.resolve()), ino, int(r[0]) if r else 0, self.conn.total_changes)
 
     def _refresh_entities(self, ids: list[str], only_shared: bool = False) -> None:
         """Recompute merged attributes/description of entities from their remaining sources."""
@@ -388,6 +423,7 @@ class Graph:
                         "AND NOT EXISTS (SELECT 1 FROM triples t WHERE t.head_id = entities.id OR t.tail_id = entities.id)", chunk)
                 self._refresh_entities(touched_entities)
                 c.execute("DELETE FROM relations WHERE NOT EXISTS (SELECT 1 FROM triples t WHERE t.relation = relations.name)")
+                self._bump_generation()
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")

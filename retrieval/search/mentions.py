@@ -21,8 +21,7 @@ _WORD = re.compile(r"[\w\u3400-\u4dbf\u4e00-\u9fff'-]+")
 
 def teach_jieba(g: Graph) -> None:
     """Add the graph's Chinese names and aliases to jieba's dictionary (once per graph state)."""
-    c = g.counts()
-    key = (str(g.dir.resolve()), c["aliases"])
+    key = g.state_key()  # cheap, unlike counting the alias table per question
     with _LOCK:
         if key in _TAUGHT:
             return

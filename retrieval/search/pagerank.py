@@ -8,9 +8,12 @@ weight. ``path_score`` = product of the path's edge confidences × mean PageRank
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 
 def merge_parallel(edges: Iterable[tuple[str, str, float]]) -> dict[tuple[str, str], float]:
@@ -25,17 +28,56 @@ def merge_parallel(edges: Iterable[tuple[str, str, float]]) -> dict[tuple[str, s
 def weighted_pagerank(edges: Iterable[tuple[str, str, float]], nodes: Iterable[str] = (), damping: float = 0.85,
                       directed: bool = True) -> dict[str, float]:
     """PageRank over the given nodes and edges with edge weight = (mean) confidence. Sums to 1."""
-    import igraph as ig
-
-    merged = merge_parallel(edges)
-    names: list[str] = list(dict.fromkeys([*nodes, *(n for pair in merged for n in pair)]))
+    edges = list(edges)
+    names: list[str] = list(dict.fromkeys([*nodes, *(n for s, d, _ in edges for n in (s, d))]))
     if not names:
         return {}
     index = {n: i for i, n in enumerate(names)}
-    g = ig.Graph(n=len(names), edges=[(index[s], index[d]) for s, d in merged], directed=directed)
-    weights = list(merged.values())
-    pr = g.pagerank(weights=weights if weights else None, damping=damping, directed=directed)
+    src = np.fromiter((index[s] for s, _, _ in edges), dtype=np.int64, count=len(edges))
+    dst = np.fromiter((index[d] for _, d, _ in edges), dtype=np.int64, count=len(edges))
+    w = np.fromiter((float(x) for _, _, x in edges), dtype=np.float64, count=len(edges))
+    pr = pagerank_arrays(len(names), src, dst, w, damping=damping, directed=directed)
     return {n: float(p) for n, p in zip(names, pr)}
+
+
+def pagerank_arrays(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, damping: float = 0.85,
+                    directed: bool = True) -> np.ndarray:
+    """:func:`weighted_pagerank` on node numbers ``0..n-1``: self-loops dropped, parallel edges merged
+    to their mean weight (vectorised), igraph's PRPACK solver. Returns one score per node."""
+    import igraph as ig
+
+    if n == 0:
+        return np.zeros(0)
+    src, dst, w = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(w, dtype=np.float64)
+    keep = src != dst
+    src, dst, w = src[keep], dst[keep], w[keep]
+    if len(src):
+        pair, inv = np.unique(src * n + dst, return_inverse=True)
+        mean_w = np.bincount(inv, weights=w) / np.bincount(inv)
+        edges = np.stack([pair // n, pair % n], axis=1)
+    else:
+        mean_w, edges = np.zeros(0), np.zeros((0, 2), dtype=np.int64)
+    g = ig.Graph(n=n, edges=edges.tolist(), directed=directed)
+    with _one_openmp_thread():
+        pr = g.pagerank(weights=mean_w.tolist() if len(mean_w) else None, damping=damping, directed=directed)
+    return np.asarray(pr, dtype=np.float64)
+
+
+_CONTROLLER: Any = None
+
+
+def _one_openmp_thread() -> Any:
+    """igraph's PageRank runs OpenMP threads; on a small per-query subgraph they cost more than they
+    give, and on a busy machine their spin-waiting made it 20-100× slower (bench/RESULTS.md). One
+    thread for the call (threadpoolctl), leaving the process's other OpenMP users alone."""
+    global _CONTROLLER
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # optional: without it igraph keeps its default threads
+        return contextlib.nullcontext()
+    if _CONTROLLER is None:
+        _CONTROLLER = ThreadpoolController()  # after igraph is imported, so its OpenMP runtime is seen
+    return _CONTROLLER.limit(limits=1, user_api="openmp")
 
 
 def path_score(confidences: Sequence[float], entity_ids: Sequence[str], pagerank: dict[str, float]) -> tuple[float, float, float]:

@@ -16,8 +16,11 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+import numpy as np
+
 from bencao.retrieval.graph.store import Graph
-from bencao.retrieval.search.pagerank import path_score, weighted_pagerank
+from bencao.retrieval.search.adjacency import adjacency_for
+from bencao.retrieval.search.pagerank import pagerank_arrays, path_score
 
 
 def step_label(relation: str, forward: bool) -> str:
@@ -112,29 +115,30 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
 
 def local_subgraph_edges(g: Graph, nodes: set[str], neighbour_limit: int = 30) -> tuple[set[str], list[tuple[str, str, float]]]:
     """Path entities plus up to ``neighbour_limit`` one-hop neighbours each; edges among them."""
-    all_nodes = set(nodes)
-    for e in nodes:
-        for (other,) in g.conn.execute(
-                "SELECT tail_id FROM triples WHERE head_id=? UNION SELECT head_id FROM triples WHERE tail_id=? LIMIT ?", (e, e, neighbour_limit)):
-            all_nodes.add(other)
-    ids = list(all_nodes)
-    edges: list[tuple[str, str, float]] = []
-    for i in range(0, len(ids), 400):
-        chunk = ids[i : i + 400]
-        q = ",".join("?" * len(chunk))
-        for h, t, c in g.conn.execute(f"SELECT head_id, tail_id, confidence FROM triples WHERE head_id IN ({q})", chunk):
-            if t in all_nodes:
-                edges.append((h, t, c))
-    return all_nodes, edges
+    adj = adjacency_for(g)
+    sub = adj.neighbourhood(nodes, neighbour_limit)
+    h, t, w = adj.edges_among(sub)
+    ids = adj.ids
+    return set(nodes) | {ids[i] for i in sub.tolist()}, [(ids[a], ids[b], float(c)) for a, b, c in zip(h.tolist(), t.tolist(), w.tolist())]
 
 
 def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_limit: int = 30) -> dict[str, float]:
-    """Fill ``score``/``confidence_product``/``pagerank`` of each path; returns the PageRank used."""
+    """Fill ``score``/``confidence_product``/``pagerank`` of each path; returns the PageRank used.
+
+    The subgraph (path entities + up to ``neighbour_limit`` neighbours each, and every triple among
+    them) comes from the cached in-memory adjacency; PageRank runs on node numbers, vectorised.
+    """
     if not paths:
         return {}
+    adj = adjacency_for(g)
     nodes = {e for p in paths for e in p.entities}
-    all_nodes, edges = local_subgraph_edges(g, nodes, neighbour_limit)
-    pr = weighted_pagerank(edges, all_nodes, damping=damping)
+    sub = adj.neighbourhood(nodes, neighbour_limit)
+    h, t, w = adj.edges_among(sub)
+    local = np.searchsorted(sub, np.concatenate([h, t]))
+    scores = pagerank_arrays(len(sub), local[: len(h)], local[len(h):], w, damping=damping)
+    pr = {adj.ids[i]: float(p) for i, p in zip(sub.tolist(), scores.tolist())}
+    for e in nodes:  # a path entity unknown to the adjacency (none in practice) gets no rank
+        pr.setdefault(e, 0.0)
     for p in paths:
         p.score, p.confidence_product, p.pagerank = path_score(p.confidences, p.entities, pr)
     return pr
@@ -146,8 +150,7 @@ _LOCK = threading.Lock()
 
 def graph_patterns(g: Graph, max_hops: int, n: int) -> list[tuple[str, ...]]:
     """Mined patterns, cached per graph state."""
-    c = g.counts()
-    key = (str(g.dir.resolve()), c["triples"], c["documents"], max_hops, n)
+    key = (*g.state_key(), max_hops, n)  # cheap, unlike counting 3.5 M triples per query
     with _LOCK:
         if key not in _PATTERNS:
             _PATTERNS[key] = mine_relation_patterns(g, max_hops, n)
