@@ -65,12 +65,14 @@ def render(r: dict) -> str:
     c, lp = r["confidence"], r["link_prediction"]
     rows = [
         "| | MSE | MAE |", "|---|---|---|",
-        f"| UKGE ({r['model']['score']}, dim {r['model']['dim']}, {r['model']['epochs']} epochs) | {c['mse']:.4f} | {c['mae']:.4f} |",
+        f"| UKGE ({r['model']['score']}, dim {r['model']['dim']}, {r['model']['epochs']} epochs, {r['model']['negatives']} × {r['model']['corrupt']} "
+        f"negatives at weight {r['model']['negative_weight']}, l2 {r['model']['l2']}) | {c['mse']:.4f} | {c['mae']:.4f} |",
         f"| baseline: training mean | {c['baseline_mean']['mse']:.4f} | {c['baseline_mean']['mae']:.4f} |",
         f"| baseline: per-relation training mean | {c['baseline_relation_mean']['mse']:.4f} | {c['baseline_relation_mean']['mae']:.4f} |",
         "", "| link prediction (filtered) | MRR | Hits@1 | Hits@3 | Hits@10 |", "|---|---|---|---|---|",
     ]
-    for name, key in (("UKGE, tails", "tail"), ("UKGE, heads", "head"), ("UKGE, both", "both"), ("frequency baseline, both", "baseline_frequency")):
+    for name, key in (("UKGE, tails", "tail"), ("UKGE, heads", "head"), ("UKGE, both", "both"),
+                      ("UKGE, both, type-constrained", "both_type_constrained"), ("frequency baseline, both", "baseline_frequency")):
         m = lp[key]
         rows.append(f"| {name} | {m['mrr']:.4f} | {m['hits@1']:.4f} | {m['hits@3']:.4f} | {m['hits@10']:.4f} |")
     rows += ["", "| relation | test triples | MSE | MRR | Hits@10 |", "|---|---|---|---|---|"]
