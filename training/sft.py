@@ -162,6 +162,13 @@ def build_trainer(script_args, training_args, model_args):
     if evalset is None and str(training_args.eval_strategy) not in ("no", "IntervalStrategy.NO"):
         raise ConfigError(f"eval_strategy={training_args.eval_strategy} needs eval_file")
     tok = load_tokenizer(script_args, training_args, model_args)
+    # Set up the process group first: under ZeRO-3, from_pretrained enters zero.Init, which checks
+    # the batch arithmetic against the world size it finds (1 when the group does not exist yet).
+    _ = training_args.device
+    if training_args.deepspeed and training_args.world_size > 1:
+        import deepspeed
+
+        deepspeed.init_distributed()  # binds DeepSpeed's comm to that group (on CPU accelerate leaves it unbound)
     model = load_model(training_args, model_args)
     return SFTTrainer(
         model=model,
