@@ -287,13 +287,18 @@ def step_query(graph: str, queries_path: str, runs: int, limit: int = 0) -> dict
 
 
 def pagerank_vs_networkx(g, r, questions: list[str]) -> dict[str, Any]:
-    """Same subgraphs (each query's path entities + neighbours): bencao's PageRank vs networkx.pagerank."""
+    """Same subgraphs (each query's path entities + neighbours, as the path stage builds them):
+    bencao's PageRank (parallel edges merged, igraph PRPACK on node numbers) vs ``networkx.pagerank``
+    on the same merged weighted edges."""
     import networkx as nx
+    import numpy as np
 
-    from bencao.retrieval.search.pagerank import merge_parallel, path_score, weighted_pagerank
-    from bencao.retrieval.search.paths import enumerate_paths, graph_patterns, local_subgraph_edges
+    from bencao.retrieval.search.adjacency import adjacency_for
+    from bencao.retrieval.search.pagerank import merge_parallel, pagerank_arrays, path_score
+    from bencao.retrieval.search.paths import enumerate_paths, graph_patterns
 
     p = r.cfg.paths
+    adj = adjacency_for(g)
     ours, theirs, sizes, same_rank, max_diff = [], [], [], 0, 0.0
     n = 0
     for q in questions:
@@ -304,17 +309,21 @@ def pagerank_vs_networkx(g, r, questions: list[str]) -> dict[str, Any]:
                                 fanout=p.neighbour_limit)
         if not paths:
             continue
-        nodes, edges = local_subgraph_edges(g, {e for x in paths for e in x.entities}, p.neighbour_limit)
+        sub = adj.neighbourhood({e for x in paths for e in x.entities}, p.neighbour_limit)
+        h, t, w = adj.edges_among(sub)
         t0 = time.perf_counter()
-        pr = weighted_pagerank(edges, nodes, damping=p.damping)
+        local = np.searchsorted(sub, np.concatenate([h, t]))
+        scores = pagerank_arrays(len(sub), local[: len(h)], local[len(h):], w, damping=p.damping)
+        pr = {adj.ids[i]: float(v) for i, v in zip(sub.tolist(), scores.tolist())}
         ours.append(time.perf_counter() - t0)
+        edges = [(adj.ids[a], adj.ids[b], c) for a, b, c in zip(h.tolist(), t.tolist(), w.tolist())]
         t0 = time.perf_counter()
         G = nx.DiGraph()
-        G.add_nodes_from(nodes)
-        G.add_weighted_edges_from((s, d, w) for (s, d), w in merge_parallel(edges).items())
+        G.add_nodes_from(adj.ids[i] for i in sub.tolist())
+        G.add_weighted_edges_from((s, d, x) for (s, d), x in merge_parallel(edges).items())
         prx = nx.pagerank(G, alpha=p.damping, weight="weight", tol=1e-10, max_iter=1000)
         theirs.append(time.perf_counter() - t0)
-        sizes.append((len(nodes), len(edges)))
+        sizes.append((len(sub), len(edges)))
         max_diff = max(max_diff, max(abs(pr[k] - prx[k]) for k in pr))
         rank_a = sorted(range(len(paths)), key=lambda i: -path_score(paths[i].confidences, paths[i].entities, pr)[0])[: p.top_k]
         rank_b = sorted(range(len(paths)), key=lambda i: -path_score(paths[i].confidences, paths[i].entities, prx)[0])[: p.top_k]
@@ -352,7 +361,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tag = f"{args.scale:g}"
     syn = work / f"synth-{tag}"
     graph = work / f"graph-{tag}"
-    res: dict[str, Any] = {"scale": args.scale, "machine": machine(), "load_start": load(), "runs": args.runs,
+    res: dict[str, Any] = {"scale": args.scale, "machine": machine(), "load_start": load(), "runs": args.runs, "build_runs": args.build_runs,
                            "command": " ".join(["python bench/run_bench.py", *sys.argv[1:]]),
                            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     t0 = time.perf_counter()
@@ -364,18 +373,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     log(f"inputs ready in {syn}")
     if not args.skip_build or not (graph / "graph.sqlite").exists():
         builds, floors = [], []
-        for i in range(args.runs):
+        for i in range(args.build_runs or args.runs):
             builds.append(_child(["_build", str(syn / "recipe.yaml"), str(graph)]))
-            log(f"build {i + 1}/{args.runs}: {builds[-1]['seconds']:.1f}s, {builds[-1]['rss_mib']:.0f} MiB")
+            log(f"build {i + 1}: {builds[-1]['seconds']:.1f}s, {builds[-1]['rss_mib']:.0f} MiB")
             floors.append(_child(["_floor", str(graph), str(work / f"floor-{tag}")]))
         res["build"] = {"seconds": [b["seconds"] for b in builds], "rss_mib": max(b["rss_mib"] for b in builds),
                         "stats": builds[-1]["stats"], "per_format": builds[-1]["per_format"],
                         "floor_seconds": [f["seconds"] for f in floors]}
     if not args.skip_index:
         idx = []
-        for i in range(args.runs):
+        for i in range(args.build_runs or args.runs):
             idx.append(_child(["_index", str(graph)]))
-            log(f"index {i + 1}/{args.runs}: {idx[-1]['seconds']:.1f}s")
+            log(f"index {i + 1}: {idx[-1]['seconds']:.1f}s")
         res["index"] = {"seconds": [x["seconds"] for x in idx], "rss_mib": max(x["rss_mib"] for x in idx), "summary": idx[-1]["summary"]}
     n_enc = args.minilm_n or min(100_000, max(2000, int(200_000 * args.scale)))
     if not args.skip_encode:
@@ -401,7 +410,7 @@ def _fmt_s(xs: list[float]) -> str:
 def append_markdown(path: Path, r: dict[str, Any]) -> None:
     lines = [f"\n## Scale and speed — scale {r['scale']:g} ({r['date']})\n",
              f"Command: `{r['command']}` · machine: {r['machine']} · {r['load_start']} at start, {r['load_end']} at end "
-             f"(shared machine) · medians over {r['runs']} run(s) · total {r['seconds'] / 60:.1f} min.\n"]
+             f"(shared machine) · medians over {r['runs']} run(s) (builds: {r.get('build_runs') or r['runs']}) · total {r['seconds'] / 60:.1f} min.\n"]
     s = r["synth"]
     lines.append(f"Synthetic inputs (bench/synth.py, seed {s['seed']}): {s['entities']:,} KB entities, {s['sections']:,} sections in "
                  f"{s['books']} books (materia-medica entries + commentary), {s['kb_relation_rows']:,} KB relation rows.\n")
@@ -461,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=0.01, help="1.0 = TCM-DiffRAG size; 0.01 = 1%% (make bench)")
     ap.add_argument("--runs", type=int, default=3, help="repetitions of each timed step (medians are reported)")
+    ap.add_argument("--build-runs", type=int, default=0, help="repetitions of the store and index builds (0: --runs)")
     ap.add_argument("--seed", type=int, default=8)
     ap.add_argument("--work", default=str(REPO / "out" / "bench"), help="where inputs, graphs and JSON results go")
     ap.add_argument("--results", default=str(BENCH / "RESULTS.md"), help="markdown file the figures are appended to ('' = none)")

@@ -5,9 +5,10 @@ Pipeline (FoodOntoRAG / iDISK / Yaoshi, without an LLM by default):
 1. candidates: exact alias matches, normalised-name matches (plural → singular, generic
    qualifiers such as "(raw)" or "food product" removed), same-token-set matches, BM25 over
    names and aliases (``k_lexical``) and dense search over entity texts (``k_dense``);
-2. fusion into tiers — exact label/synonym first, then normalised name, then candidates whose
-   names cover every token of the mention, then the rest — ordered inside a tier by reciprocal
-   rank fusion of the lexical and dense ranks;
+2. fusion into tiers — exact label, exact synonym, normalised name (plural, generic qualifiers,
+   word order), name without a specific qualifier ("dough (frozen)"), names covering every token
+   of the mention, the rest — ordered inside a tier by dense cosine to the mention, then the
+   better-established concept (more names), then reciprocal rank fusion of the BM25 and dense ranks;
 3. a selector (``rules``: exact-match preference and the most specific concept along ``is_a``;
    or ``llm`` with the same rubric, which may answer "no match");
 4. a confidence score and threshold ``tau``; below it one synonym retry (sub-phrases found in the
@@ -30,8 +31,8 @@ from bencao.retrieval.index.lexical import light_stem
 from bencao.text import norm_key, tokenize
 
 #: Exact-match tiers and what a candidate of each tier is worth as confidence.
-TIER_NAMES = {0: "exact label", 1: "exact synonym", 2: "normalised name", 3: "same tokens", 4: "covers all tokens", 5: "similar"}
-TIER_CONF = {0: 0.95, 1: 0.92, 2: 0.85, 3: 0.8, 4: 0.62}
+TIER_NAMES = {0: "exact label", 1: "exact synonym", 2: "normalised name", 3: "name without its qualifier", 4: "covers all tokens", 5: "similar"}
+TIER_CONF = {0: 0.95, 1: 0.9, 2: 0.85, 3: 0.75, 4: 0.62}
 
 
 @dataclass
@@ -45,8 +46,8 @@ class LinkingConfig:
     selector: str = field("rules", help="Candidate selector: rules, or llm (needs an LLM client).")
     max_candidates: int = field(10, help="Candidates reported per mention.")
     max_mention_chars: int = field(200, help="Longer mentions are refused with an error.")
-    qualifiers: list[str] = field(default_factory=lambda: ["food product", "not further specified", "nfs", "nos", "unspecified"],
-                                  help="Generic words dropped from names to form their normalised key (parenthesised text is always dropped).")
+    qualifiers: list[str] = field(default_factory=lambda: ["food product", "not further specified", "unspecified variety", "unspecified", "nfs", "nos"],
+                                  help="Generic qualifiers that add no meaning: dropped from names (also in parentheses) to form the normalised key.")
     types: list[str] = field(default_factory=list, help="Only link to entities of these types (empty = any).")
     penalise_obsolete: bool = field(True, help="Entities whose name starts with 'obsolete' (deprecated terms) rank after every live candidate.")
 
@@ -75,25 +76,45 @@ class _AliasTables:
 
     def __init__(self, g: Graph, qualifiers: list[str]):
         self.qualifiers = [norm_key(q) for q in qualifiers]
-        self.base: dict[str, set[str]] = {}
+        self.base: dict[str, set[str]] = {}  # generic qualifiers removed, plural folded
+        self.stripped: dict[str, set[str]] = {}  # also specific parenthesised qualifiers removed
         self.bag: dict[tuple[str, ...], set[str]] = {}
         self.names: dict[str, list[str]] = {}
         self.obsolete: set[str] = set()
+        self.n_names: dict[str, int] = {}
         for norm, eid, alias, kind in g.iter_aliases():
             if kind == "xref":
                 continue
             if kind == "name" and norm.startswith("obsolete"):
                 self.obsolete.add(eid)
             self.names.setdefault(eid, []).append(alias)
-            toks = self.base_tokens(alias)
+            toks = self.base_tokens(alias, keep_parens=True)
             if not toks:
                 continue
             self.base.setdefault(" ".join(toks), set()).add(eid)
-            self.bag.setdefault(tuple(sorted(set(toks))), set()).add(eid)
-            if _PAREN.search(alias):  # 'beef (ground)' also answers to 'ground beef'
-                self.bag.setdefault(tuple(sorted(set(self.base_tokens(alias, keep_parens=True)))), set()).add(eid)
+            self.bag.setdefault(tuple(sorted(set(toks))), set()).add(eid)  # 'beef (ground)' = 'ground beef'
+            if _PAREN.search(alias):
+                st = self.base_tokens(alias)
+                if st:
+                    self.stripped.setdefault(" ".join(st), set()).add(eid)
+            self.n_names[eid] = self.n_names.get(eid, 0) + 1
+
+    def _generic(self, text: str) -> bool:
+        k = norm_key(text).strip(" ,;")
+        return not k or k in self.qualifiers
 
     def base_tokens(self, text: str, keep_parens: bool = False) -> list[str]:
+        memo = self.__dict__.setdefault("_memo", {})  # candidates' names recur across mentions and queries
+        toks = memo.get((text, keep_parens))
+        if toks is None:
+            toks = self._base_tokens(text, keep_parens)
+            if len(memo) < 200_000:
+                memo[(text, keep_parens)] = toks
+        return list(toks)
+
+    def _base_tokens(self, text: str, keep_parens: bool) -> list[str]:
+        if keep_parens:  # drop only parenthesised text that is itself a generic qualifier: '(food product)'
+            text = _PAREN.sub(lambda m: " " if self._generic(m.group(0)[1:-1]) else " " + m.group(0)[1:-1] + " ", text)
         key = norm_key(text if keep_parens else _PAREN.sub(" ", text))
         for q in self.qualifiers:
             if q and re.search(rf"(^|\s){re.escape(q)}($|\s)", key):
@@ -170,7 +191,7 @@ class EntityLinker:
     # ------------------------------------------------------------------ candidates
     def _candidates(self, mention: str, lexical: bool = True) -> list[dict[str, Any]]:
         key = norm_key(mention)
-        m_toks = self.tables.base_tokens(mention)
+        m_toks = self.tables.base_tokens(mention, keep_parens=True)
         m_set = set(m_toks)
         pool: dict[str, dict[str, Any]] = {}
 
@@ -191,7 +212,9 @@ class EntityLinker:
             for eid in self.tables.base.get(" ".join(m_toks), ()):
                 add(eid, 2, "normalised")
             for eid in self.tables.bag.get(tuple(sorted(m_set)), ()):
-                add(eid, 3, "tokens")
+                add(eid, 2, "tokens")
+            for eid in self.tables.stripped.get(" ".join(m_toks), ()):
+                add(eid, 3, "qualifier dropped")
         if lexical and self.indexes is not None:
             for rank, (eid, s) in enumerate(self.indexes.lexical_search("entities", mention, self.cfg.k_lexical)):
                 c = add(eid, 5, "bm25")
@@ -209,7 +232,7 @@ class EntityLinker:
             names = self.tables.names.get(c["id"], [])
             best_extra = None
             for n in names:
-                n_toks = set(self.tables.base_tokens(n))
+                n_toks = set(self.tables.base_tokens(n, keep_parens=True))
                 if m_set and m_set <= n_toks:
                     extra = len(n_toks - m_set)
                     best_extra = extra if best_extra is None else min(best_extra, extra)
@@ -221,8 +244,10 @@ class EntityLinker:
 
     def _order(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def key(c: dict[str, Any]) -> tuple:
-            eff = 0 if c["tier"] <= 1 else c["tier"]
-            return (c["obsolete"], eff, c["extra_tokens"] or 0 if eff == 4 else 0, -c["rrf"], c["tier"], c["id"])
+            # tier; fewer extra words; closer to the mention by dense cosine (2 decimals: exact ties stay
+            # ties); the better-established concept (more names); fused rank.
+            return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
+                    -round(c["dense"], 2) if c["dense"] is not None else 0.0, -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
 
@@ -301,8 +326,8 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     if not cands:
         return None
     live = [c for c in cands if not c["obsolete"]] or cands  # deprecated terms only when nothing else fits
-    top_tier = min(0 if c["tier"] <= 1 else c["tier"] for c in live)
-    group = [c for c in live if (0 if c["tier"] <= 1 else c["tier"]) == top_tier]
+    top_tier = min(c["tier"] for c in live)
+    group = [c for c in live if c["tier"] == top_tier]
     reason = TIER_NAMES[group[0]["tier"]] if top_tier <= 4 else "best fused lexical/dense rank"
     if top_tier <= 4 and len(group) > 1:
         ids = {c["id"] for c in group}
@@ -317,7 +342,7 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     best = group[0]
     rivals = len([c for c in group if c is not best])
     if rivals:
-        reason += f"; {rivals} other candidate(s) of the same tier, chosen by fused rank"
+        reason += f"; {rivals} other candidate(s) of the same tier, chosen by cosine, number of names and fused rank"
     if best["dense"] is not None:
         reason += f"; cosine {best['dense']:.2f}"
     return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}

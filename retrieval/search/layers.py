@@ -13,6 +13,7 @@ snippets are the result, each with the classification path that reached it.
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from typing import Any
 
@@ -72,6 +73,28 @@ def cross_layer(g: Graph, entity_ids: list[str]) -> list[dict[str, Any]]:
     return list(out.values())
 
 
+_TREES: dict[tuple, tuple[dict, dict]] = {}
+_TREES_LOCK = threading.Lock()
+
+
+def section_tree(g: Graph) -> tuple[dict[str | None, list[str]], dict[str, str | None]]:
+    """(children by parent, parent by section) of the whole macro tree, read once per graph state
+    (``Graph.state_key``) instead of once per question."""
+    key = g.state_key()
+    with _TREES_LOCK:
+        tree = _TREES.get(key)
+        if tree is None:
+            children: dict[str | None, list[str]] = defaultdict(list)
+            parent: dict[str, str | None] = {}
+            for sid, par in g.conn.execute("SELECT id, parent_id FROM sections ORDER BY document_id, ord"):
+                children[par].append(sid)
+                parent[sid] = par
+            for k in [k for k in _TREES if k[0] == key[0]]:
+                del _TREES[k]
+            tree = _TREES[key] = (children, parent)
+        return tree
+
+
 def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snippets: int = 3) -> list[dict[str, Any]]:
     if ix is None:
         return []
@@ -87,11 +110,7 @@ def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snipp
         scores[sid] = scores.get(sid, 0.0) + max(0.0, cos)
     if not scores:
         return []
-    children: dict[str | None, list[str]] = defaultdict(list)
-    parent: dict[str, str | None] = {}
-    for sid, par in g.conn.execute("SELECT id, parent_id FROM sections ORDER BY document_id, ord"):
-        children[par].append(sid)
-        parent[sid] = par
+    children, parent = section_tree(g)
     subtree: dict[str, float] = {}
     for sid, sc in scores.items():  # propagate each section's score to its ancestors (max)
         cur: str | None = sid
@@ -100,7 +119,7 @@ def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snipp
                 break
             subtree[cur] = sc
             cur = parent.get(cur)
-    level = [c for c in children[None] if subtree.get(c, 0.0) > 0]
+    level = [c for c in children.get(None, []) if subtree.get(c, 0.0) > 0]
     level = sorted(level, key=lambda c: -subtree[c])[:beam]
     leaves: list[str] = []
     while level:
