@@ -179,3 +179,15 @@ def test_command_line_errors_are_one_line_exit_2(tmp_path, capsys, sft_data):
                 f"model_name_or_path={tmp_path}", f"output_dir={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "bad.jsonl:line 1" in err[-1]
+
+
+def test_packing_keeps_the_assistant_only_mask(tiny_qwen, sft_data, tmp_path):
+    from bencao.training.sft import build_trainer, parse_args
+
+    trainer = build_trainer(*parse_args(None, sft_overrides(tiny_qwen, sft_data, tmp_path / "o", "packing=true", "max_length=256")))
+    assert len(trainer.train_dataset) < 32  # several conversations per packed row
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    tok = trainer.processing_class
+    kept = batch["labels"][batch["labels"] != -100].tolist()
+    assert 0 < len(kept) < batch["input_ids"].numel()
+    assert "<|im_start|>" not in tok.decode(kept) and "的性味是什么" not in tok.decode(kept)  # prompts stay masked
