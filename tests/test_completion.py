@@ -104,3 +104,19 @@ def test_cli_complete(trained, repo, capsys):
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml")]) == 0
     out = capsys.readouterr().out
     assert "added" in out and "bencao graph remove" in out
+
+
+def test_curated_only_relations_are_not_completed(trained):
+    g = trained
+    # the catalogue's has_nature rows are curated, but books also support has_nature: it stays in
+    report = complete_graph(g, CompleteConfig(threshold=0.0, dry_run=True))
+    assert report["skipped_curated"] == [] and "has_nature" in report["relations"]
+    b = g.builder(source="ontology", kind="ontology", format="foodon-jsonl", content_key="herb-ontology")
+    for herb in ("人参", "黄芪", "甘草", "大枣", "当归"):
+        b.triple(b.entity(herb, "herb"), "is_a", b.entity("补益药", "herb_class"), confidence=1.0, layer="imported", origin="ontology")
+    g.commit(b)
+    calibrate_graph(g, ConfidenceConfig(model=FAST))
+    report = complete_graph(g, CompleteConfig(threshold=0.0, dry_run=True))
+    assert report["skipped_curated"] == ["is_a"] and "is_a" not in report["relations"]
+    asked = complete_graph(g, CompleteConfig(threshold=0.0, dry_run=True, relations=["is_a"]))
+    assert "is_a" in asked["relations"]  # named explicitly: completed anyway

@@ -67,16 +67,19 @@ def complete(
                 prog.update(task, description=name, completed=i, total=n)
 
             report = complete_graph(g, cfg, progress=on_relation)
+        names = {e["id"]: e["name"] for e in g.get_entities([x for c in report["examples"] for x in (c["head_id"], c["tail_id"])]).values()}
         if report["added"]:
             from bencao.retrieval.cli import refresh_indexes
 
             refresh_indexes(g)
+    if report.get("skipped_curated"):
+        typer.echo(f"  not completed (curated sources only): {', '.join(report['skipped_curated'])}")
     for rel, r in report["relations"].items():
         typer.echo(f"  {rel}: {r['heads']} heads, {r['candidates']} candidates ≥ {cfg.threshold}")
     if cfg.dry_run:
         typer.echo(f"dry run: {report['kept']} triples would be added")
         for c in report["examples"][:10]:
-            typer.echo(f"  {c['head_id']} {c['relation']} {c['tail_id']}  {c['score']:.3f}")
+            typer.echo(f"  {names.get(c['head_id'], c['head_id'])} {c['relation']} {names.get(c['tail_id'], c['tail_id'])}  {c['score']:.3f}")
     elif report["document"]:
         typer.echo(f"added {report['added']} completed triples as document {report['document']} "
                    f"(remove them with `bencao graph remove {report['document']} --graph {graph}`)")

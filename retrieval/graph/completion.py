@@ -33,6 +33,8 @@ ORIGIN = "ukge-completion"
 class CompleteConfig:
     relations: list[str] = field(default_factory=list, help="Relations to complete; empty = every relation with at least min_relation_triples observed triples.")
     exclude_relations: list[str] = field(default_factory=list, help="Relations never completed (e.g. ones whose tails are free text).")
+    skip_curated_relations: bool = field(True, help="With relations empty: skip relations whose every source is curated (ontology is_a, catalogue membership): those lists are authoritative, not incomplete extractions.")
+    curated_kinds: list[str] = field(default_factory=lambda: ["record"], help="triple_sources.kind values that count as curated.")
     min_relation_triples: int = field(5, help="With relations empty: skip relations with fewer observed triples (too little to learn from).")
     threshold: float = field(0.85, help="Minimum UKGE score for a candidate to be added (Yaoshi-RAG uses 0.85).")
     heads: Literal["typed", "existing"] = field("typed", help="typed: every modelled entity of a head type the relation takes; existing: only heads that already have the relation.")
@@ -81,6 +83,16 @@ def relation_types(g: Any, min_share: float) -> dict[str, dict[str, set[str]]]:
     return out
 
 
+def curated_relations(g: Any, curated_kinds: list[str]) -> set[str]:
+    """Relations whose observed triples are all supported by curated sources only."""
+    if not curated_kinds:
+        return set()
+    q = ",".join("?" * len(curated_kinds))
+    return {r for (r,) in g.conn.execute(
+        f"SELECT t.relation FROM triples t JOIN triple_sources ts ON ts.triple_id = t.id WHERE t.layer != 'completed' "
+        f"GROUP BY t.relation HAVING SUM(CASE WHEN ts.kind IN ({q}) THEN 0 ELSE 1 END) = 0", list(curated_kinds))}
+
+
 ProgressFn = Callable[[str, int, int], None]
 
 
@@ -93,6 +105,7 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
     types = relation_types(g, cfg.min_type_share)
     observed_counts = Counter(r for (r,) in g.conn.execute(
         f"SELECT relation FROM triples WHERE layer IN ({','.join('?' * len(OBSERVED_LAYERS))})", OBSERVED_LAYERS))
+    skipped: list[str] = []
     if cfg.relations:
         unknown = [r for r in cfg.relations if r not in model.relation_index]
         if unknown:
@@ -100,6 +113,10 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
         relations = list(cfg.relations)
     else:
         relations = [r for r in model.relations if observed_counts[r] >= cfg.min_relation_triples]
+        if cfg.skip_curated_relations:
+            curated_only = curated_relations(g, cfg.curated_kinds)
+            skipped = [r for r in relations if r in curated_only]
+            relations = [r for r in relations if r not in curated_only]
     relations = [r for r in relations if r not in set(cfg.exclude_relations)]
 
     # Every triple of the graph, any layer: never add one again.
@@ -113,7 +130,7 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
     emb_n = torch.nn.functional.normalize(emb, dim=-1)
 
     found: list[Candidate] = []
-    report: dict[str, Any] = {"relations": {}}
+    report: dict[str, Any] = {"relations": {}, "skipped_curated": skipped}
     for k, rel in enumerate(relations):
         if progress:
             progress(rel, k, len(relations))

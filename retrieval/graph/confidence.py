@@ -48,15 +48,15 @@ SPARSE_FROM = 5000
 
 @dataclass
 class UKGEConfig:
-    dim: int = field(64, help="Embedding dimension of entities and relations.")
+    dim: int = field(32, help="Embedding dimension of entities and relations.")
     score: str = field("logistic", help="Map from plausibility to confidence: logistic | rectifier (see SCORE_MAPS).")
-    epochs: int = field(30, help="Passes over the observed triples (the sample graph's loss flattens after ~15).")
+    epochs: int = field(15, help="Passes over the observed triples (the sample graph's loss flattens after ~15).")
     batch_size: int = field(1024, help="Positive triples per optimisation step.")
     lr: float = field(0.01, help="Adam learning rate.")
-    negatives: int = field(4, help="Corrupted triples sampled per positive (head or tail replaced), target confidence 0.")
-    negative_weight: float = field(1.0, help="Weight of the negatives' squared error relative to the positives'.")
+    negatives: int = field(1, help="Corrupted triples sampled per positive (head or tail replaced), target confidence 0.")
+    negative_weight: float = field(0.1, help="Weight of the negatives' squared error relative to the positives' (low: unseen is not false; 1.0 cost held-out MSE 0.71 vs 0.12 on the sample).")
     corrupt: Literal["mixed", "typed", "uniform"] = field("mixed", help="typed: replace an entity by one of the same type (hard negatives); uniform: by any entity (teaches types); mixed: a coin flip per negative.")
-    l2: float = field(1e-4, help="L2 penalty on the embeddings used in a step.")
+    l2: float = field(1e-3, help="L2 penalty on the embeddings used in a step.")
     seed: int = field(0, help="Seed for initialisation, shuffling and negative sampling.")
     sparse: bool | None = field(None, help="Sparse embedding gradients with SparseAdam (each step touches only the rows it used); empty = on from 5,000 entities.")
 
