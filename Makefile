@@ -34,6 +34,9 @@ $(VENV)/.installed-dev: $(CONSTRAINTS) pyproject.toml
 demo: $(VENV)/.installed-core
 	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
 	$(BIN)/bencao graph stats --graph $(GRAPH)
+	$(BIN)/bencao ask --graph $(GRAPH) "山药有什么功效？"
+	$(BIN)/bencao ask --graph $(GRAPH) "大棗的性味是什麼？"
+	$(BIN)/bencao ask --graph $(GRAPH) "What kind of food is almond?"
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q

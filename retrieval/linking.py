@@ -82,6 +82,7 @@ class _AliasTables:
         self.names: dict[str, list[str]] = {}
         self.obsolete: set[str] = set()
         self.n_names: dict[str, int] = {}
+        self.label_keys: dict[str, set[str]] = {}  # entity → its keys that come from its label (not a synonym)
         for norm, eid, alias, kind in g.iter_aliases():
             if kind == "xref":
                 continue
@@ -98,6 +99,8 @@ class _AliasTables:
                 if st:
                     self.stripped.setdefault(" ".join(st), set()).add(eid)
             self.n_names[eid] = self.n_names.get(eid, 0) + 1
+            if kind == "name":
+                self.label_keys.setdefault(eid, set()).add(" ".join(toks))
 
     def _generic(self, text: str) -> bool:
         k = norm_key(text).strip(" ,;")
@@ -210,7 +213,7 @@ class EntityLinker:
             add(r[0], 0 if r[1] == "name" else 1, "exact")
         if m_toks:
             for eid in self.tables.base.get(" ".join(m_toks), ()):
-                add(eid, 2, "normalised")
+                add(eid, 2, "normalised")["label"] = " ".join(m_toks) in self.tables.label_keys.get(eid, ())
             for eid in self.tables.bag.get(tuple(sorted(m_set)), ()):
                 add(eid, 2, "tokens")
             for eid in self.tables.stripped.get(" ".join(m_toks), ()):
@@ -328,6 +331,8 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     live = [c for c in cands if not c["obsolete"]] or cands  # deprecated terms only when nothing else fits
     top_tier = min(c["tier"] for c in live)
     group = [c for c in live if c["tier"] == top_tier]
+    if top_tier == 2 and any(c.get("label") for c in group):  # a label beats a synonym here too
+        group = [c for c in group if c.get("label")]
     reason = TIER_NAMES[group[0]["tier"]] if top_tier <= 4 else "best fused lexical/dense rank"
     if top_tier <= 4 and len(group) > 1:
         ids = {c["id"] for c in group}

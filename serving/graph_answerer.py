@@ -18,7 +18,7 @@ from bencao.config import field
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, path_heading
 from bencao.retrieval.index.lexical import analyze
-from bencao.text import has_cjk, split_sentences
+from bencao.text import has_cjk, norm_key, split_sentences
 
 NOT_IN_KB = "not in the knowledge base"
 _NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
@@ -148,12 +148,15 @@ class GraphAnswerer:
         ev = self.retriever.retrieve(question)
         q_tokens = set(_content_tokens(question, self.stop))
         refs = {r["snippet_id"]: r["n"] for r in ev.references()}
+        names = [norm_key(x) for e in ev.entities if "question" in e.get("roles", []) for x in (e.get("name"), e.get("mention")) if x]
         scored: list[tuple[float, str]] = []
         for s in ev.snippets:
             for sent in split_sentences(s.get("text", "")):
+                if names and not any(n in norm_key(sent) for n in names):
+                    continue  # quote only sentences about the entities asked for
                 st = set(analyze(sent))
                 cover = len(q_tokens & st) / len(q_tokens) if q_tokens else 0.0
-                if cover:
+                if cover and len(norm_key(sent)) > max((len(n) for n in names), default=0) + 1:
                     scored.append((cover + 0.01 * s.get("score", 0.0), f"{sent} [{refs[s['id']]}]"))
         support = max([c for c, _ in scored], default=0.0)
         path_lines = [p["text"] for p in ev.paths[:2] if p.get("connects")]

@@ -35,7 +35,11 @@ def onions(tmp_path) -> Graph:
     b.entity("obsolete: rum", "food", id="X:5", aliases=[("rum", "synonym")])
     b.entity("beef (ground)", "food", id="X:6")
     b.entity("ground beef patty with onions and pepper", "food", id="X:7")
-    for child, parent in ((onion, veg), (raw, onion)):
+    b.entity("dough (frozen)", "food", id="X:8")
+    b.entity("dough not further specified", "food", id="X:9")
+    leek = b.entity("leek", "food", id="X:10")
+    leek2 = b.entity("leek", "food", id="X:11")
+    for child, parent in ((onion, veg), (raw, onion), (leek, veg), (leek2, leek)):
         b.triple(child, "is_a", parent, confidence=1.0, layer="imported", origin="t")
     g.commit(b)
     return g
@@ -54,12 +58,15 @@ def test_exact_label_and_plural(demo):
 
 def test_specificity_qualifiers_and_token_sets(onions):
     linker = EntityLinker(onions, LinkingConfig())
-    r = linker.link("onion")  # label 'onion' and synonym of its descendant 'onion (whole, raw)'
-    assert r.chosen_id == "X:3" and "most specific" in r.rationale
+    r = linker.link("onion")  # a label match beats a synonym match ('onion' of 'onion (whole, raw)')
+    assert r.chosen_id == "X:2" and r.rationale.startswith("exact label")
+    r = linker.link("leek")  # two labels: the one descending from the other is more specific
+    assert r.chosen_id == "X:11" and "most specific" in r.rationale
+    assert linker.link("dough").chosen_id == "X:9"  # a generic qualifier, not a specialisation
     r = linker.link("rum")  # obsolete synonym exact vs live label after removing '(food product)'
     assert r.chosen_id == "X:4"
     assert linker.link("ground beef").chosen_id == "X:6"  # same tokens, order-free
-    assert linker.link("onions").chosen_id == "X:3"
+    assert linker.link("onions").chosen_id == "X:2"
 
 
 def test_traditional_and_simplified_chinese(tmp_path):

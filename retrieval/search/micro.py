@@ -31,7 +31,8 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
     for eid in linked_ids:
         for t in g.triples_of(eid)[:per_entity]:
             if t["id"] in triples:
-                triples[t["id"]]["via"].append("anchored")
+                if "anchored" not in triples[t["id"]]["via"]:
+                    triples[t["id"]]["via"].append("anchored")
             else:
                 triples[t["id"]] = dict(t, score=round(t["confidence"] / (rrf_k + 1), 6), via=["anchored"])
     snippets: dict[str, dict[str, Any]] = {}
