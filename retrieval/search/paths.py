@@ -80,13 +80,14 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
     paths: list[Path] = []
     adj_cache: dict[str, list[tuple[str, str, str, float]]] = {}
 
+    adjacency = adjacency_for(g)  # per-node edges pre-sorted by confidence: no per-node sort of a hub's edges
+
     def steps_from(e: str) -> list[tuple[str, str, str, float]]:
         if e not in adj_cache:
-            rows = g.conn.execute(
-                "SELECT id, relation, tail_id, confidence, 1 FROM triples WHERE head_id=? "
-                "UNION ALL SELECT id, relation, head_id, confidence, 0 FROM triples WHERE tail_id=? ORDER BY 4 DESC LIMIT ?",
-                (e, e, fanout * 4)).fetchall()
-            adj_cache[e] = [(tid, step_label(rel, bool(fwd)), other, conf) for tid, rel, other, conf, fwd in rows]
+            top = adjacency.top_edges(e, fanout * 4)
+            tids = dict(g.conn.execute(f"SELECT rowid, id FROM triples WHERE rowid IN ({','.join('?' * len(top))})",
+                                       [t[0] for t in top]).fetchall()) if top else {}
+            adj_cache[e] = [(tids[rid], step_label(rel, fwd), other, conf) for rid, rel, other, conf, fwd in top if rid in tids]
         return adj_cache[e]
 
     frontier = [Path([s], [], [], []) for s in starts]
