@@ -393,8 +393,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         log(f"encode: ours {res['encode']['ours_s']} direct {res['encode']['direct_s']}")
         res["ann"] = _child(["_ann", npy, str(args.runs)])
         log("ann done")
-    res["query"] = _child(["_query", str(graph), str(syn / "queries.jsonl"), str(args.runs)])
-    log(f"query p50 {res['query']['p50_ms']:.1f} ms p95 {res['query']['p95_ms']:.1f} ms")
+    if not args.skip_query:
+        res["query"] = _child(["_query", str(graph), str(syn / "queries.jsonl"), str(args.runs)])
+        log(f"query p50 {res['query']['p50_ms']:.1f} ms p95 {res['query']['p95_ms']:.1f} ms")
     res["load_end"] = load()
     res["seconds"] = time.perf_counter() - t0
     (work / f"results-{tag}.json").write_text(json.dumps(res, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
@@ -437,7 +438,12 @@ def append_markdown(path: Path, r: dict[str, Any]) -> None:
             lines.append(f"| {ann} vs exact, {a['n']:,} MiniLM vectors, {a['queries']} queries | {a[ann]['ms']:.2f} ms/query, "
                          f"recall@10 {a[ann]['recall@10']:.3f}, build {a[ann]['build_s']:.1f} s | flat: {a['flat_ms']:.2f} ms/query | "
                          f"{a[ann]['speedup']:.1f}× faster | — |")
-    q = r["query"]
+    q = r.get("query")
+    if q is None:
+        if "build" in r:
+            lines.append("\nBuild seconds by source: " + ", ".join(f"{k} {v:.1f}" for k, v in r["build"]["per_format"].items()) + ".")
+        _write(path, lines)
+        return
     lines.append(f"| query latency, {q['queries']} LLM-free queries (stand-in query encoder) | p50 {q['p50_ms']:.1f} ms, p95 "
                  f"{q['p95_ms']:.1f} ms (max {q['max_ms']:.0f}); cold open + first query {q['cold_s']:.1f} s | — | — | p50 ≤ 50 ms, p95 ≤ 150 ms |")
     pr = q["pagerank"]
@@ -451,9 +457,15 @@ def append_markdown(path: Path, r: dict[str, Any]) -> None:
         lines.append(f"One MiniLM query encode: {r['encode']['query_encode_ms_p50']:.1f} ms (p50), to add to the latency for a real query encoder.")
     if "build" in r:
         lines.append("Build seconds by source: " + ", ".join(f"{k} {v:.1f}" for k, v in r["build"]["per_format"].items()) + ".")
+    _write(path, lines)
+
+
+def _write(path: Path, lines: list[str]) -> None:
+    """Append to the results file (created with a title when missing); other sections are kept."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    new = not path.exists() or path.stat().st_size == 0
     with open(path, "a", encoding="utf-8") as f:
-        if path.stat().st_size == 0:
+        if new:
             f.write("# Benchmark results\n")
         f.write("\n".join(lines) + "\n")
 
@@ -480,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-build", action="store_true", help="reuse the graph from an earlier run when present")
     ap.add_argument("--skip-index", action="store_true", help="reuse the indexes from an earlier run")
     ap.add_argument("--skip-encode", action="store_true", help="no MiniLM encode / ANN figures")
+    ap.add_argument("--skip-query", action="store_true", help="no query latency / PageRank figures")
     args = ap.parse_args(argv)
     res = run(args)
     print(json.dumps({k: res[k] for k in ("scale", "seconds")}, default=str))
