@@ -50,6 +50,13 @@ class LinkingConfig:
                                   help="Generic qualifiers that add no meaning: dropped from names (also in parentheses) to form the normalised key.")
     types: list[str] = field(default_factory=list, help="Only link to entities of these types (empty = any).")
     penalise_obsolete: bool = field(True, help="Entities whose name starts with 'obsolete' (deprecated terms) rank after every live candidate.")
+    state_qualifiers: list[str] = field(default_factory=lambda: ["whole", "raw", "ripe", "fresh"],
+                                        help="FoodOn names the food as bought or eaten 'X (whole, raw)' and gives it the synonym 'X': "
+                                             "a synonym match whose label is the mention plus only these qualifiers counts as a label "
+                                             "match and is preferred to the bare label (the plant-part or organism class).")
+    grouping_words: list[str] = field(default_factory=lambda: ["or"],
+                                      help="Words that make a name disjunctive ('basil (whole or pieces)', 'broth or stock food "
+                                           "product'): such grouping classes rank after the other candidates of their tier.")
 
 
 @dataclass
@@ -83,11 +90,14 @@ class _AliasTables:
         self.obsolete: set[str] = set()
         self.n_names: dict[str, int] = {}
         self.label_keys: dict[str, set[str]] = {}  # entity → its keys that come from its label (not a synonym)
+        self.labels: dict[str, str] = {}
         for norm, eid, alias, kind in g.iter_aliases():
             if kind == "xref":
                 continue
-            if kind == "name" and norm.startswith("obsolete"):
-                self.obsolete.add(eid)
+            if kind == "name":
+                self.labels.setdefault(eid, alias)
+                if norm.startswith("obsolete"):
+                    self.obsolete.add(eid)
             self.names.setdefault(eid, []).append(alias)
             toks = self.base_tokens(alias, keep_parens=True)
             if not toks:
@@ -243,7 +253,22 @@ class EntityLinker:
             if c["tier"] == 5 and best_extra is not None:
                 c["tier"] = 4
             c["obsolete"] = c["id"] in self.tables.obsolete and self.cfg.penalise_obsolete
+            label = self.tables.labels.get(c["id"], "")
+            c["state_form"] = c["tier"] in (1, 2) and self._state_form(m_toks, label)
+            c["grouping"] = self._grouping(label)
         return self._order(list(pool.values()))
+
+    def _state_form(self, m_toks: list[str], label: str) -> bool:
+        """Is ``label`` the mention plus only default-state qualifiers ('onion (whole, raw)', 'pineapple (raw)')?"""
+        quals = [m.group(0)[1:-1] for m in _PAREN.finditer(label)]
+        if not quals or not m_toks or self.tables.base_tokens(label) != m_toks:
+            return False
+        words = {w for q in quals for w in re.split(r"[\s,，、;]+", norm_key(q)) if w}
+        return bool(words) and words <= {norm_key(w) for w in self.cfg.state_qualifiers}
+
+    def _grouping(self, label: str) -> bool:
+        key = f" {norm_key(label)} "
+        return any((f" {norm_key(w)} " in key) if w.isascii() else (norm_key(w) in key) for w in self.cfg.grouping_words if w.strip())
 
     def _order(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def key(c: dict[str, Any]) -> tuple:
@@ -329,11 +354,19 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     if not cands:
         return None
     live = [c for c in cands if not c["obsolete"]] or cands  # deprecated terms only when nothing else fits
-    top_tier = min(c["tier"] for c in live)
-    group = [c for c in live if c["tier"] == top_tier]
-    if top_tier == 2 and any(c.get("label") for c in group):  # a label beats a synonym here too
+    # 'onion (whole, raw)' with the synonym 'onion' is FoodOn's term for the food itself: as good as a label.
+    tier_of = {c["id"]: 0 if c["tier"] == 1 and c.get("state_form") else c["tier"] for c in live}
+    top_tier = min(tier_of.values())
+    group = [c for c in live if tier_of[c["id"]] == top_tier]
+    reason = TIER_NAMES[top_tier] if top_tier <= 4 else "best fused lexical/dense rank"
+    if any(c.get("state_form") for c in group):
+        group = [c for c in group if c.get("state_form")]
+        reason = f"{TIER_NAMES[group[0]['tier']]} naming the food as bought or eaten ({linker.tables.labels.get(group[0]['id'])!r})"
+    elif top_tier == 2 and any(c.get("label") for c in group):  # a label beats a synonym here too
         group = [c for c in group if c.get("label")]
-    reason = TIER_NAMES[group[0]["tier"]] if top_tier <= 4 else "best fused lexical/dense rank"
+    if len(group) > 1 and any(c.get("grouping") for c in group) and not all(c.get("grouping") for c in group):
+        reason += f"; {sum(bool(c.get('grouping')) for c in group)} disjunctive grouping class(es) set aside"
+        group = [c for c in group if not c.get("grouping")]
     if top_tier <= 4 and len(group) > 1:
         ids = {c["id"] for c in group}
         # Specificity: drop a candidate when another candidate of the group descends from it.
