@@ -7,10 +7,15 @@ Every score comes from the ``Evidence`` the retriever returned, so each answer c
   the share of its content tokens found in an evidence snippet that also contains a question
   keyword, weighted by that snippet's rank;
 - below ``min_support`` the answerer abstains ("not in the knowledge base").
+
+A free-text answer lists first the facts whose relation the question asks for (``intents``: a
+keyword → relations table, Chinese and English, e.g. 性味 → has_flavour, has_nature), then the
+other facts by PathScore and confidence.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +30,19 @@ _NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
 _NEGATIONS_ZH = ("不", "无", "非", "勿", "忌", "禁", "未", "莫")
 
 
+#: What a question asks for → the relations that answer it (relations absent from a graph are harmless).
+DEFAULT_INTENTS: dict[str, list[str]] = {
+    "性味": ["has_flavour", "has_nature"], "气味": ["has_flavour", "has_nature"], "味": ["has_flavour"], "性": ["has_nature"],
+    "主治": ["treats", "has_effect"], "治": ["treats", "has_effect"], "功效": ["has_effect", "treats"], "功能": ["has_effect", "treats"],
+    "作用": ["has_effect", "treats"], "禁忌": ["contraindications"], "不宜": ["contraindications"], "忌": ["contraindications"],
+    "毒": ["toxicity"], "配料": ["has_ingredient"], "成分": ["has_ingredient"],
+    "flavour": ["has_flavour"], "flavor": ["has_flavour"], "taste": ["has_flavour"], "nature": ["has_nature"],
+    "property": ["has_flavour", "has_nature"], "properties": ["has_flavour", "has_nature"],
+    "treat": ["treats", "has_effect"], "indication": ["treats"], "effect": ["has_effect", "treats"], "benefit": ["has_effect"],
+    "contraindicat": ["contraindications"], "avoid": ["contraindications"], "toxic": ["toxicity"], "ingredient": ["has_ingredient"],
+}
+
+
 @dataclass
 class AnswererConfig:
     w_graph: float = field(0.5, help="Weight of graph support (paths/triples linking option and question entities).")
@@ -34,7 +52,12 @@ class AnswererConfig:
     tf_true: float = field(0.6, help="True/false: support at or above this is True.")
     tf_false: float = field(0.3, help="True/false: support below this (with evidence present) is False; between → abstain.")
     select_ratio: float = field(0.5, help="Ranking: candidates scoring ≥ ratio × best are 'selected'.")
-    max_sentences: int = field(3, help="Sentences quoted in a free-form answer.")
+    max_sentences: int = field(3, help="Sentences quoted in a free-form answer (and facts listed when the question names no relation).")
+    max_intent_facts: int = field(6, help="Free-form answer: most facts of the relation(s) the question asks for.")
+    intents: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_INTENTS),
+                                          help="Question keyword → relations whose facts a free-form answer lists first, in this order. "
+                                               "Chinese keywords match anywhere in the question (traditional folded to simplified); "
+                                               "English ones match the start of a word ('treat' → treats, treatment).")
 
 
 def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
@@ -45,7 +68,7 @@ def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
 class GraphAnswerer:
     def __init__(self, retriever: Any, config: AnswererConfig | None = None):
         self.retriever = retriever
-        self.cfg = config or AnswererConfig()
+        self.cfg = config or getattr(getattr(retriever, "cfg", None), "answer", None) or AnswererConfig()
         qcfg = getattr(getattr(retriever, "cfg", None), "question", None)
         self.stop = frozenset(qcfg.stopwords) if qcfg is not None else frozenset()
 
@@ -167,13 +190,41 @@ class GraphAnswerer:
             e = ev.entities[0]
             if e.get("description"):
                 parts.append(f"{e['name']}: {e['description']}")
-            facts = sorted((t for t in ev.triples if e["id"] in (t["head_id"], t["tail_id"])), key=lambda t: -t["confidence"])
-            parts += [f"{Evidence.triple_text(t)} (confidence {t['confidence']:.2f})" for t in facts[: self.cfg.max_sentences]]
+            facts, n_asked = self.order_facts(question, ev, e["id"])
+            shown = facts[: max(self.cfg.max_sentences, min(n_asked, self.cfg.max_intent_facts))]
+            lines = [f"{Evidence.triple_text(t)} (confidence {t['confidence']:.2f})" for t in shown]
+            parts = lines[: min(n_asked, len(lines))] + parts + lines[min(n_asked, len(lines)):]  # the asked facts before the description
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
             parts = [Evidence.triple_text(t) for t in ev.triples[:3]] or [path_heading(s.get("path")) for s in ev.snippets[:2]]
         return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4), "evidence": ev}
+
+
+    def intent_relations(self, question: str) -> list[str]:
+        """The relations the question asks for, from the ``intents`` keyword table (in table order)."""
+        q = norm_key(question)
+        words = re.findall(r"[a-z]+", q)
+        out: list[str] = []
+        for kw, rels in self.cfg.intents.items():
+            k = norm_key(kw)
+            if k and ((k in q) if has_cjk(k) else any(w.startswith(k) for w in words)):
+                out += [r for r in rels if r not in out]
+        return out
+
+    def order_facts(self, question: str, ev: Evidence, entity_id: str) -> tuple[list[dict[str, Any]], int]:
+        """Triples of ``entity_id``: those of the asked relations first (table order), then by PathScore and
+        confidence; returns them and how many were asked for."""
+        asked = self.intent_relations(question)
+        rank = {r: i for i, r in enumerate(asked)}
+        path_score: dict[str, float] = {}
+        for p in ev.paths:
+            for tid in p.get("triple_ids", []):
+                path_score[tid] = max(path_score.get(tid, 0.0), float(p.get("score", 0.0)))
+        facts = [t for t in ev.triples if entity_id in (t["head_id"], t["tail_id"])]
+        facts.sort(key=lambda t: (rank.get(t["relation"], len(rank)), -path_score.get(t["id"], 0.0), -float(t["confidence"]),
+                                  -float(t.get("score") or 0.0)))
+        return facts, sum(t["relation"] in rank for t in facts)
 
 
 def _negated(text: str) -> bool:

@@ -49,3 +49,33 @@ def test_free_answer_cites_or_says_not_in_kb(answerer):
     assert not res["abstained"] and "安中养脾" in res["answer"] and "[1]" in res["answer"]
     res = answerer.answer("How do black holes evaporate?")
     assert res["abstained"] and res["answer"] == NOT_IN_KB
+
+
+def _first_fact(answer: str) -> str:
+    return next(line for line in answer.splitlines() if "(confidence" in line)
+
+
+@pytest.mark.parametrize("question, relation", [
+    ("山药有什么功效？", "has effect"),     # 功效 → has_effect before the more confident flavour/nature facts
+    ("山药的性味", "has flavour"),
+    ("乾薑的性", "has nature"),             # traditional characters fold to simplified, in the mention and the keyword
+    ("What are the effects of 山药?", "has effect"),
+    ("What does 山药 treat?", "has effect"),  # no treats triple here: has_effect is the table's second choice
+    ("What is the nature of 干姜?", "has nature"),
+])
+def test_free_answer_lists_the_asked_relation_first(answerer, question, relation):
+    res = answerer.answer(question)
+    assert not res["abstained"] and f" {relation} " in _first_fact(res["answer"]), res["answer"]
+
+
+def test_free_answer_without_intent_orders_by_confidence_and_table_is_configurable(answerer):
+    assert answerer.intent_relations("山药") == []
+    assert "has flavour" in _first_fact(answerer.answer("山药")["answer"])  # 0.9 before has_effect 0.8
+    assert answerer.intent_relations("大枣的性味") == ["has_flavour", "has_nature"]
+    from bencao.retrieval.search.config import load_retrieval_config
+
+    cfg = load_retrieval_config(None, ["answer.intents={用途: [has_effect]}"])
+    assert cfg.answer.intents == {"用途": ["has_effect"]}
+    custom = GraphAnswerer(Retriever(answerer.retriever.g, cfg))
+    assert custom.cfg is cfg.answer and custom.intent_relations("山药的性味") == []
+    assert " has effect " in _first_fact(custom.answer("山药的用途")["answer"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from bencao.config import field, load_config
 from bencao.retrieval.index.build import IndexConfig
 from bencao.retrieval.linking import LinkingConfig
+from bencao.serving.graph_answerer import AnswererConfig
 
 
 @dataclass
@@ -80,6 +81,7 @@ class RetrievalConfig:
     paths: PathsConfig = field(default_factory=PathsConfig, help="Reasoning paths and PageRank.")
     layers: LayersConfig = field(default_factory=LayersConfig, help="Two-layer links and therapy retrieval.")
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig, help="Assembly under a token budget.")
+    answer: AnswererConfig = field(default_factory=AnswererConfig, help="LLM-free answers (bencao ask): scoring weights, thresholds, intent table.")
 
 
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "retrieval" / "default.yaml"
