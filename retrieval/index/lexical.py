@@ -55,6 +55,16 @@ def analyze(text: str) -> list[str]:
     return out
 
 
+def _bm25s():
+    """Import bm25s, which sets its own logger to DEBUG on import: keep it at the root's level."""
+    import logging
+
+    import bm25s
+
+    logging.getLogger("bm25s").setLevel(logging.NOTSET)
+    return bm25s
+
+
 class LexicalIndex:
     def __init__(self, bm25, ids: list[str]):
         self.bm25 = bm25
@@ -65,7 +75,7 @@ class LexicalIndex:
 
     @classmethod
     def build(cls, token_lists: list[list[str]], ids: list[str]) -> "LexicalIndex":
-        import bm25s
+        bm25s = _bm25s()
 
         if len(token_lists) != len(ids):
             raise ValueError("token lists and ids differ in length")
@@ -105,7 +115,7 @@ class LexicalIndex:
 
     @classmethod
     def load(cls, directory: Path) -> "LexicalIndex | None":
-        import bm25s
+        bm25s = _bm25s()
 
         if not (directory / "ids.json").exists():
             return None
