@@ -8,6 +8,8 @@ item: a failed request comes back as an :class:`LLMError` in its slot, so a long
 
 from __future__ import annotations
 
+import abc
+
 import random
 import threading
 import time
@@ -88,7 +90,7 @@ class LLMClient(Protocol):
     def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]: ...
 
 
-class BaseClient:
+class BaseClient(abc.ABC):
     """Retries and bounded parallelism over a backend's ``_call_once``."""
 
     model: str
@@ -102,8 +104,9 @@ class BaseClient:
         self.default_params = dict(default_params or {})
         self._sem = threading.BoundedSemaphore(self.max_concurrency)
 
-    def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abc.abstractmethod
+    def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        """One request to the backend, without retries."""
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**self.default_params, **{k: v for k, v in params.items() if v is not None}}
