@@ -159,3 +159,19 @@ def test_foreign_keys_protect_referenced_entities(tmp_path, subset):
     ingest_file(g, "foodon-jsonl", subset)
     with pytest.raises(sqlite3.IntegrityError):
         g.conn.execute("DELETE FROM entities WHERE id='FOODON:03316347'")
+
+
+def test_every_write_moves_the_state_key_seen_by_other_handles(tmp_path, subset):
+    g = Graph.create(tmp_path / "g")
+    ingest_file(g, "foodon-jsonl", subset)
+    other = Graph.open(tmp_path / "g")  # another reader, e.g. a server process
+    before = other.state_key()
+    with g.write() as c:
+        c.execute("UPDATE triples SET confidence = 0.5 WHERE relation = 'is_a'")
+    assert other.state_key() != before  # caches keyed on it are rebuilt
+    assert other.conn.execute("SELECT MAX(confidence) FROM triples").fetchone()[0] == 0.5
+    with pytest.raises(RuntimeError):
+        with g.write() as c:
+            c.execute("UPDATE triples SET confidence = 0.1")
+            raise RuntimeError("boom")
+    assert other.conn.execute("SELECT MAX(confidence) FROM triples").fetchone()[0] == 0.5  # rolled back

@@ -493,14 +493,8 @@ def calibrate_graph(g: Any, cfg: ConfidenceConfig, progress: ProgressFn | None =
         before.append(conf)
         after.append(parts["final"])
         updates.append((min(max(parts["final"], 0.0), 1.0), json.dumps(attrs, ensure_ascii=False, sort_keys=True), tid))
-    c = g.conn
-    c.execute("BEGIN IMMEDIATE")
-    try:
+    with g.write() as c:
         c.executemany("UPDATE triples SET confidence=?, attributes=? WHERE id=?", updates)
-        c.execute("COMMIT")
-    except BaseException:
-        c.execute("ROLLBACK")
-        raise
     summary = {"triples": len(updates), "entities": len(data.entities), "relations": len(data.relations), "unscored": unscored,
                "mean_before": float(np.mean(before)), "mean_after": float(np.mean(after)),
                "loss_first": model.history[0] if model.history else None, "loss_last": model.history[-1] if model.history else None,
@@ -519,14 +513,8 @@ def reset_confidences(g: Any) -> int:
         if "original" not in block:
             continue
         updates.append((float(block["original"]), json.dumps(attrs, ensure_ascii=False, sort_keys=True), tid))
-    c = g.conn
-    c.execute("BEGIN IMMEDIATE")
-    try:
+    with g.write() as c:
         c.executemany("UPDATE triples SET confidence=?, attributes=? WHERE id=? AND layer != 'completed'", updates)
-        c.execute("COMMIT")
-    except BaseException:
-        c.execute("ROLLBACK")
-        raise
     g.write_manifest("confidence-reset", {"triples": len(updates)})
     return len(updates)
 

@@ -18,6 +18,7 @@ document and then only the triples/entities no other document supports.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -305,8 +306,7 @@ class Graph:
             if self.has_document(b.document_id):
                 return False
             c = self.conn
-            try:
-                c.execute("BEGIN IMMEDIATE")
+            with self.write():
                 c.execute(
                     "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
@@ -343,23 +343,33 @@ class Graph:
                 # (a source that says nothing of an entity, e.g. a relation file naming it, changes no merged view)
                 self._refresh_entities([e.id for e in b.entities.values() if e.attributes or e.description], only_shared=True)
                 self._refresh_triples(list(b.triples), only_shared=True)
-                self._bump_generation()
+        return True
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE … COMMIT, rolled back on any error.
+
+        Every change to the store goes through here, so the generation counter that per-graph caches
+        key on (``state_key``) moves with each committed change, in this process and in others.
+        """
+        with self._lock:
+            c = self.conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+                c.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
+                          "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
-        return True
-
-    def _bump_generation(self) -> None:
-        self.conn.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
-                          "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
 
     def state_key(self) -> tuple:
         """A cheap key that changes whenever a document is committed or removed (or the store file is
         replaced): per-graph caches (alias tables, adjacency, mined patterns) are keyed by it instead of
-        counting rows, which costs a table scan on a large graph. Rows this connection changed outside
-        commit/remove (e.g. confidence updates) also change it; such updates made by another process
-        are seen once the graph is reopened."""
+        counting rows, which costs a table scan on a large graph. Every ``write()`` transaction (commit,
+        remove, confidence updates) bumps the stored generation, so changes made by another process
+        are seen too."""
         r = self.conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         try:
             ino = os.stat(self.dir / DB_NAME).st_ino
@@ -403,8 +413,7 @@ class Graph:
             if not self.has_document(document_id):
                 raise BencaoError(f"no document {document_id!r} in {self.dir}; list them with `bencao graph stats --documents`")
             before = self.counts()
-            try:
-                c.execute("BEGIN IMMEDIATE")
+            with self.write():
                 touched_triples = [r[0] for r in c.execute("SELECT DISTINCT triple_id FROM triple_sources WHERE document_id=?", (document_id,))]
                 touched_entities = [r[0] for r in c.execute("SELECT entity_id FROM entity_sources WHERE document_id=?", (document_id,))]
                 # Sources held by snippets of this document but recorded under another document
@@ -423,11 +432,6 @@ class Graph:
                         "AND NOT EXISTS (SELECT 1 FROM triples t WHERE t.head_id = entities.id OR t.tail_id = entities.id)", chunk)
                 self._refresh_entities(touched_entities)
                 c.execute("DELETE FROM relations WHERE NOT EXISTS (SELECT 1 FROM triples t WHERE t.relation = relations.name)")
-                self._bump_generation()
-                c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
-                raise
             after = self.counts()
         return {k: before[k] - after[k] for k in before}
 
