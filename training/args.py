@@ -12,15 +12,16 @@ dataclasses, otherwise the file and the key are named in a one-line error.
 from __future__ import annotations
 
 import argparse
+import sys
 import dataclasses
 import enum
 import types
 import typing
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from bencao.config import apply_overrides, read_yaml
-from bencao.errors import ConfigError
+from bencao.errors import BencaoError, ConfigError
 
 
 def bf16_available() -> bool:
@@ -122,6 +123,19 @@ def split_cli(argv: Sequence[str] | None, prog: str, description: str) -> tuple[
     parser.add_argument("overrides", nargs="*", help="key=value overrides, e.g. learning_rate=1e-4 max_steps=20")
     ns = parser.parse_args(list(argv) if argv is not None else None)
     return ns.config, list(ns.overrides)
+
+
+def run_script(argv: Sequence[str] | None, prog: str, description: str,
+               parse_args: Callable[..., tuple[Any, ...]], main: Callable[..., Any]) -> int:
+    """The ``__main__`` of a training script: parse ``--config`` + overrides, run ``main``, and turn a
+    user error into one line and exit code 2 (the same under python -m, torchrun and accelerate)."""
+    config, overrides = split_cli(argv, prog, description)
+    try:
+        main(*parse_args(config, overrides))
+    except BencaoError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -337,15 +337,9 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
-    from bencao.training.args import split_cli
+    from bencao.training.args import run_script
 
-    config, overrides = split_cli(argv, "bencao.training.embedder", "Contrastive fine-tuning of the embedder.")
-    try:
-        main(*parse_args(config, overrides))
-    except BencaoError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return run_script(argv, "bencao.training.embedder", "Contrastive fine-tuning of the embedder.", parse_args, main)
 
 
 if __name__ == "__main__":
