@@ -124,11 +124,14 @@ def step_floor(graph: str, scratch: str) -> dict[str, Any]:
 
 
 def step_index(graph: str) -> dict[str, Any]:
+    import logging
+
     import standin  # noqa: F401  registers the 'hashing' backend
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.index import update_indexes
     from bencao.retrieval.search.config import load_retrieval_config
 
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)  # per-kind progress
     cfg = load_retrieval_config(None, STANDIN_OVERRIDES)
     g = Graph.open(graph)
     t0 = time.perf_counter()

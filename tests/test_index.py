@@ -51,6 +51,23 @@ def test_lexical_matches_traditional_chinese_and_english_plurals(tmp_path):
     assert light_stem("potatoes") == "potato" and light_stem("glass") == "glass"
 
 
+def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
+    from bencao.retrieval.index.items import triple_items
+    from bencao.retrieval.index.lexical import analyze_items
+
+    items = []
+    for g in (Graph.open(demo_graph_dir(), read_only=True), build_tcm_graph(tmp_path / "tcm", index={"kinds": []})):
+        items += list(triple_items(g))
+        g.close()
+    assert all(it.lex_parts for it in items) and any(not it.lex.isascii() for it in items)
+    # the parts are analysed once each, and give the tokens of the whole "head relation tail" text
+    assert [sorted(t) for t in analyze_items(items)] == [sorted(analyze(it.lex)) for it in items]
+    # items without parts are analysed whole
+    from bencao.retrieval.index.items import Item
+
+    assert analyze_items([Item("x", "山药味甘", "山药味甘", "zh")]) == [analyze("山药味甘")]
+
+
 def test_demo_indexes_search_and_manifest():
     d = demo_graph_dir()
     g = Graph.open(d)

@@ -29,12 +29,12 @@ from bencao.retrieval.index.dense import DenseIndex, DenseParams
 from bencao.retrieval.index.embedder import (EmbedderConfig, EmbeddingCache, check_dim, embed_with_cache, embedder_id,
                                              get_embedder, shared_cache_path)
 from bencao.retrieval.index.items import ITEM_SOURCES, KINDS
-from bencao.retrieval.index.lexical import LexicalIndex, analyze
+from bencao.retrieval.index.lexical import LexicalIndex, analyze_items
 
 log = logging.getLogger(__name__)
 
 #: Bumped when the lexical analyzer changes, so existing BM25 indexes are rebuilt.
-LEXICAL_ANALYZER = "analyze-v3"
+LEXICAL_ANALYZER = "analyze-v4"
 
 
 @dataclass
@@ -117,14 +117,17 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
             want_lex, want_dense = kind in cfg.kinds, kind in cfg.dense_kinds
             if not (want_lex or want_dense):
                 continue
+            t_kind = time.time()
             items = list(ITEM_SOURCES[kind](graph))
             h = _items_hash(items)
+            log.info("%s: %d items read in %.1fs", kind, len(items), time.time() - t_kind)
             if want_lex:
                 lh = h + LEXICAL_ANALYZER
                 if force or lex_meta.get(kind, {}).get("hash") != lh or not (lex_dir / kind / "ids.json").exists():
-                    LexicalIndex.build([analyze(it.lex) for it in items], [it.id for it in items]).save(lex_dir / kind)
+                    LexicalIndex.build(analyze_items(items), [it.id for it in items]).save(lex_dir / kind)
                     lex_meta[kind] = {"hash": lh, "n": len(items)}
                     atomic_write_json(lex_dir / "meta.json", lex_meta)
+                    log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items), time.time() - t_kind)
                 summary["lexical"][kind] = lex_meta[kind]["n"]
             if want_dense:
                 dense_items = [it for it in items if cfg.embedder.embeds(it.lang)]
@@ -142,6 +145,8 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
                     dense_meta[kind] = {"hash": dh, "n": len(dense_items), "of": len(items), "type": index.kind_name, "dim": index.dim}
                     dense_meta["_embedder"] = {"id": eid, "model": cfg.embedder.model, "dim": index.dim}
                     atomic_write_json(dense_dir / "meta.json", dense_meta)
+                    log.info("%s: %s index of %d vectors built, %d newly embedded (%.1fs so far)", kind, index.kind_name,
+                             len(dense_items), n_new, time.time() - t_kind)
                 summary["dense"][kind] = {k: dense_meta[kind][k] for k in ("n", "of", "type")}
     finally:
         if cache is not None:

@@ -23,6 +23,9 @@ class Item:
     text: str  # embedded text
     lex: str  # lexical text
     lang: str
+    #: The lexical text as space-separated parts whose tokens can be computed once per distinct part
+    #: (a triple's head, relation and tail: 3.4 M triples share 0.5 M names at full scale).
+    lex_parts: tuple[str, ...] | None = None
 
 
 def relation_text(relation: str) -> str:
@@ -49,8 +52,9 @@ def entity_items(g: Graph, max_aliases: int = 12, max_chars: int = 600) -> Itera
 
 def triple_items(g: Graph) -> Iterator[Item]:
     for t in g.iter_triples():
-        text = f"{t['head']} {relation_text(t['relation'])} {t['tail']}"
-        yield Item(t["id"], text, text, lang_of(t["head"] + t["tail"]))
+        rel = relation_text(t["relation"])
+        text = f"{t['head']} {rel} {t['tail']}"
+        yield Item(t["id"], text, text, lang_of(t["head"] + t["tail"]), (t["head"], rel, t["tail"]))
 
 
 def snippet_items(g: Graph, max_chars: int = 1200) -> Iterator[Item]:

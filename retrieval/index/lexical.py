@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -52,6 +53,29 @@ def analyze(text: str) -> list[str]:
     if has_cjk(text):
         for run in _CJK_RUN.findall(norm_key(text)):
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
+    return out
+
+
+def analyze_items(items: Iterable[Any]) -> list[list[str]]:
+    """:func:`analyze` of each item's ``lex`` text; an item with ``lex_parts`` gets the tokens of its
+    parts, each distinct part analysed once. Parts are separated by spaces, which neither jieba nor
+    the CJK bigrams cross, so this equals analysing the joined text (up to token order, which BM25
+    ignores), except that a Latin-script part next to a Chinese one is split by the word pattern
+    rather than by jieba."""
+    memo: dict[str, list[str]] = {}
+    out: list[list[str]] = []
+    for it in items:
+        parts = getattr(it, "lex_parts", None)
+        if not parts:
+            out.append(analyze(it.lex))
+            continue
+        toks: list[str] = []
+        for p in parts:
+            t = memo.get(p)
+            if t is None:
+                t = memo[p] = analyze(p)
+            toks.extend(t)
+        out.append(toks)
     return out
 
 
