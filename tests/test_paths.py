@@ -88,6 +88,7 @@ def test_path_scores_on_graph_use_confidence_pagerank(small_graph):
     by_steps = {(tuple(p.entities), tuple(p.steps)): p for p in paths}
     p = by_steps[((A, B, C), ("r", "s"))]
     assert p.connects  # ends at the other linked entity
+    assert [g.get_triple(t)["relation"] for t in p.triple_ids] == ["r", "s"]  # real triple ids, in path order
     pr = score_paths(g, paths, damping=0.85)
     # The subgraph is the whole graph here; PageRank = the reference with parallel A→B averaged.
     ref = power_iteration([A, B, C, D], {(A, B): 0.7, (A, C): 0.2, (B, C): 0.8, (C, A): 1.0, (C, D): 0.4})
@@ -107,3 +108,16 @@ def test_mined_patterns_rank_by_frequency(small_graph):
     assert singles[0] in {("s",), ("~s",), ("t",), ("~t",)}  # s and t occur twice, r and r2 once
     assert all(len(p) == 1 for p in pats)
     assert math.isclose(len(singles), 8)
+
+
+def test_merged_edges_among_a_subset(small_graph):
+    from bencao.retrieval.search.adjacency import adjacency_for
+
+    g = small_graph
+    adj = adjacency_for(g)
+    A, B, C = (g.find_entity_id(n) for n in ("alpha", "beta", "gamma"))
+    sub = np.array(sorted(adj.index[e] for e in (A, B, C)))
+    h, t, w = adj.merged_edges_among(sub)
+    got = {(adj.ids[sub[i]], adj.ids[sub[j]]): x for i, j, x in zip(h.tolist(), t.tolist(), w.tolist())}
+    # A→B's two relations (0.9, 0.5) are one edge of weight 0.7; C→D leaves the subset
+    assert got == pytest.approx({(A, B): 0.7, (A, C): 0.2, (B, C): 0.8, (C, A): 1.0})

@@ -36,6 +36,11 @@ class Adjacency:
     in_rowid: np.ndarray
     in_rel: np.ndarray
     relations: list[str]
+    # the PageRank view: one edge per ordered (head, tail) pair, weight = mean confidence of the
+    # pair's triples, self-loops dropped; CSR by head, tails ascending
+    pr_ptr: np.ndarray
+    pr_dst: np.ndarray
+    pr_w: np.ndarray
 
     @classmethod
     def build(cls, g: Graph) -> "Adjacency":
@@ -65,8 +70,10 @@ class Adjacency:
         np.cumsum(np.bincount(src, minlength=n), out=out_ptr[1:])
         in_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(dst, minlength=n), out=in_ptr[1:])
+        pr_ptr, pr_dst, pr_w = _merged_csr(n, src, dst, w)
         return cls(ids, index, out_ptr, dst[out_order], w[out_order], in_ptr, src[in_order],
-                   rowid[out_order], rel[out_order], w[in_order], rowid[in_order], rel[in_order], relations)
+                   rowid[out_order], rel[out_order], w[in_order], rowid[in_order], rel[in_order], relations,
+                   pr_ptr, pr_dst, pr_w)
 
     def top_edges(self, entity_id: str, k: int) -> list[tuple[int, str, str, float, bool]]:
         """The ``k`` most confident triples touching the entity, either direction:
@@ -136,6 +143,33 @@ class Adjacency:
         tails = self.out_dst[pos]
         ok = mask[tails]
         return nodes[owner[ok]], tails[ok].astype(np.int64), self.out_w[pos[ok]]
+
+    def merged_edges_among(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The PageRank edges among ``nodes`` (sorted node numbers): one per ordered pair, weight = the
+        mean confidence of its triples, no self-loops. Returns (heads, tails, weights) as positions in
+        ``nodes`` (0..len(nodes)-1), ready for :func:`pagerank_arrays` with ``merged=True``."""
+        if not len(nodes):
+            z = np.zeros(0, dtype=np.int64)
+            return z, z, np.zeros(0, dtype=np.float64)
+        owner, pos = self._gather(self.pr_ptr, self.pr_dst, nodes)
+        tails = self.pr_dst[pos]
+        local = np.searchsorted(nodes, tails)
+        local[local == len(nodes)] = 0
+        ok = nodes[local] == tails
+        return owner[ok], local[ok], self.pr_w[pos[ok]]
+
+
+def _merged_csr(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keep = src != dst
+    key = src[keep].astype(np.int64) * max(n, 1) + dst[keep]
+    if not len(key):
+        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+    pair, inv = np.unique(key, return_inverse=True)
+    mean_w = np.bincount(inv, weights=w[keep]) / np.bincount(inv)
+    heads = pair // n
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(heads, minlength=n), out=ptr[1:])
+    return ptr, (pair % n).astype(np.int32), mean_w
 
 
 _CACHE: "OrderedDict[tuple, Adjacency]" = OrderedDict()

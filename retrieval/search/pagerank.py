@@ -41,25 +41,28 @@ def weighted_pagerank(edges: Iterable[tuple[str, str, float]], nodes: Iterable[s
 
 
 def pagerank_arrays(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, damping: float = 0.85,
-                    directed: bool = True) -> np.ndarray:
+                    directed: bool = True, merged: bool = False) -> np.ndarray:
     """:func:`weighted_pagerank` on node numbers ``0..n-1``: self-loops dropped, parallel edges merged
-    to their mean weight (vectorised), igraph's PRPACK solver. Returns one score per node."""
+    to their mean weight (vectorised), igraph's PRPACK solver. Returns one score per node.
+
+    ``merged=True`` says the edges are already one per ordered pair without self-loops (the path
+    stage's cached view, ``Adjacency.merged_edges_among``), and skips that step."""
     import igraph as ig
 
     if n == 0:
         return np.zeros(0)
     src, dst, w = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), np.asarray(w, dtype=np.float64)
-    keep = src != dst
-    src, dst, w = src[keep], dst[keep], w[keep]
-    if len(src):
-        pair, inv = np.unique(src * n + dst, return_inverse=True)
-        mean_w = np.bincount(inv, weights=w) / np.bincount(inv)
-        edges = np.stack([pair // n, pair % n], axis=1)
-    else:
-        mean_w, edges = np.zeros(0), np.zeros((0, 2), dtype=np.int64)
-    g = ig.Graph(n=n, edges=edges.tolist(), directed=directed)
+    if not merged:
+        keep = src != dst
+        src, dst, w = src[keep], dst[keep], w[keep]
+        if len(src):
+            pair, inv = np.unique(src * n + dst, return_inverse=True)
+            w = np.bincount(inv, weights=w) / np.bincount(inv)
+            src, dst = pair // n, pair % n
+    # pairs of Python ints: igraph converts these faster than a NumPy array or a list of lists
+    g = ig.Graph(n, zip(src.tolist(), dst.tolist()), directed)
     with _one_openmp_thread():
-        pr = g.pagerank(weights=mean_w.tolist() if len(mean_w) else None, damping=damping, directed=directed)
+        pr = g.pagerank(weights=w.tolist() if len(w) else None, damping=damping, directed=directed)
     return np.asarray(pr, dtype=np.float64)
 
 

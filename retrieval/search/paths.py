@@ -11,12 +11,13 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import numpy as np
+
 
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.adjacency import adjacency_for
@@ -28,31 +29,37 @@ def step_label(relation: str, forward: bool) -> str:
 
 
 def mine_relation_patterns(g: Graph, max_hops: int = 2, n: int = 30) -> list[tuple[str, ...]]:
-    """Most frequent relation sequences of length 1..max_hops (2 at most is mined; longer = repeats of 2)."""
-    out_rel: dict[str, Counter] = defaultdict(Counter)
-    in_rel: dict[str, Counter] = defaultdict(Counter)
-    singles: Counter = Counter()
-    for head, rel, tail in g.conn.execute("SELECT head_id, relation, tail_id FROM triples"):
-        out_rel[head][rel] += 1
-        in_rel[tail][rel] += 1
-        singles[(rel,)] += 1
-        singles[("~" + rel,)] += 1
-    patterns: Counter = Counter(singles)
-    if max_hops >= 2:
-        for node in set(out_rel) | set(in_rel):
-            # steps arriving at node: x -r-> node (r) or node -r-> x traversed backwards (~r)
-            arrive = Counter({r: c for r, c in in_rel[node].items()})
-            arrive.update({"~" + r: c for r, c in out_rel[node].items()})
-            leave = Counter({r: c for r, c in out_rel[node].items()})
-            leave.update({"~" + r: c for r, c in in_rel[node].items()})
-            for a, ca in arrive.items():
-                for b, cb in leave.items():
-                    same_edge = (b == ("~" + a if not a.startswith("~") else a[1:]))
-                    cnt = ca * cb - (min(ca, cb) if same_edge else 0)
-                    if cnt > 0:
-                        patterns[(a, b)] += cnt
-    multi = [p for p, _ in patterns.most_common() if len(p) > 1][: max(0, n - len(singles))]
-    return [p for p, _ in singles.most_common()] + multi
+    """Most frequent relation sequences of length 1..max_hops (2 at most is mined; longer = repeats of 2).
+
+    Counted on the cached adjacency arrays: a single step ``r``/``~r`` occurs once per ``r`` triple;
+    a two-step sequence (a, b) occurs, at each node, (steps a arriving) × (steps b leaving), less
+    the walks that go back over the same triple. Ties are broken by the sequence, so the list is
+    deterministic.
+    """
+    adj = adjacency_for(g)
+    n_rel, n_nodes = len(adj.relations), len(adj)
+    heads = np.repeat(np.arange(n_nodes), np.diff(adj.out_ptr))
+    tails, rel = adj.out_dst.astype(np.int64), adj.out_rel.astype(np.int64)
+    per_rel = np.bincount(rel, minlength=n_rel)
+    steps = [*adj.relations, *("~" + r for r in adj.relations)]
+    singles = sorted(((steps[i],), int(c)) for i, c in enumerate(np.concatenate([per_rel, per_rel])) if c > 0)
+    singles.sort(key=lambda x: -x[1])
+    multi: list[tuple[tuple[str, ...], int]] = []
+    if max_hops >= 2 and len(rel):
+        from scipy.sparse import csr_matrix
+
+        ones = np.ones(2 * len(rel))
+        # arriving steps at a node: x -r-> node is `r` (column r), node -r-> x walked backwards is `~r` (column R + r)
+        arrive = csr_matrix((ones, (np.concatenate([tails, heads]), np.concatenate([rel, rel + n_rel]))), shape=(n_nodes, 2 * n_rel))
+        # leaving steps: node -r-> x is `r`, x -r-> node walked backwards is `~r`
+        leave = csr_matrix((ones, (np.concatenate([heads, tails]), np.concatenate([rel, rel + n_rel]))), shape=(n_nodes, 2 * n_rel))
+        counts = np.rint((arrive.T @ leave).toarray()).astype(np.int64)
+        idx = np.arange(n_rel)
+        counts[idx, idx + n_rel] -= per_rel  # r then ~r over the same triple
+        counts[idx + n_rel, idx] -= per_rel  # ~r then r over the same triple
+        multi = sorted(((steps[a], steps[b]), int(counts[a, b])) for a, b in zip(*np.nonzero(counts > 0)))
+        multi.sort(key=lambda x: -x[1])
+    return [p for p, _ in singles] + [p for p, _ in multi][: max(0, n - len(singles))]
 
 
 @dataclass
@@ -78,16 +85,13 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
         for i in range(1, min(len(p), max_hops) + 1):
             prefixes.add(p[:i])
     paths: list[Path] = []
-    adj_cache: dict[str, list[tuple[str, str, str, float]]] = {}
+    adj_cache: dict[str, list[tuple[int, str, str, float]]] = {}
 
     adjacency = adjacency_for(g)  # per-node edges pre-sorted by confidence: no per-node sort of a hub's edges
 
-    def steps_from(e: str) -> list[tuple[str, str, str, float]]:
-        if e not in adj_cache:
-            top = adjacency.top_edges(e, fanout * 4)
-            tids = dict(g.conn.execute(f"SELECT rowid, id FROM triples WHERE rowid IN ({','.join('?' * len(top))})",
-                                       [t[0] for t in top]).fetchall()) if top else {}
-            adj_cache[e] = [(tids[rid], step_label(rel, fwd), other, conf) for rid, rel, other, conf, fwd in top if rid in tids]
+    def steps_from(e: str) -> list[tuple[int, str, str, float]]:
+        if e not in adj_cache:  # triple rowids for now; their ids are looked up once, at the end
+            adj_cache[e] = [(rid, step_label(rel, fwd), other, conf) for rid, rel, other, conf, fwd in adjacency.top_edges(e, fanout * 4)]
         return adj_cache[e]
 
     frontier = [Path([s], [], [], []) for s in starts]
@@ -111,7 +115,12 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
         frontier = nxt
         if len(paths) >= max_paths:
             break
-    return paths
+    rowids = sorted({r for p in paths for r in p.triple_ids})
+    tids = dict(g.conn.execute("SELECT rowid, id FROM triples WHERE rowid IN (SELECT value FROM json_each(?))",
+                               (json.dumps(rowids),)).fetchall()) if rowids else {}
+    for p in paths:
+        p.triple_ids = [tids.get(r) for r in p.triple_ids]  # type: ignore[misc]
+    return [p for p in paths if None not in p.triple_ids]
 
 
 def local_subgraph_edges(g: Graph, nodes: set[str], neighbour_limit: int = 30) -> tuple[set[str], list[tuple[str, str, float]]]:
@@ -134,9 +143,8 @@ def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_li
     adj = adjacency_for(g)
     nodes = {e for p in paths for e in p.entities}
     sub = adj.neighbourhood(nodes, neighbour_limit)
-    h, t, w = adj.edges_among(sub)
-    local = np.searchsorted(sub, np.concatenate([h, t]))
-    scores = pagerank_arrays(len(sub), local[: len(h)], local[len(h):], w, damping=damping)
+    h, t, w = adj.merged_edges_among(sub)  # parallel edges already merged to their mean confidence
+    scores = pagerank_arrays(len(sub), h, t, w, damping=damping, merged=True)
     pr = {adj.ids[i]: float(p) for i, p in zip(sub.tolist(), scores.tolist())}
     for e in nodes:  # a path entity unknown to the adjacency (none in practice) gets no rank
         pr.setdefault(e, 0.0)
