@@ -7,10 +7,14 @@ Pipeline (FoodOntoRAG / iDISK / Yaoshi, without an LLM by default):
    names and aliases (``k_lexical``) and dense search over entity texts (``k_dense``);
 2. fusion into tiers — exact label, exact synonym, normalised name (plural, generic qualifiers,
    word order), name without a specific qualifier ("dough (frozen)"), names covering every token
-   of the mention, the rest — ordered inside a tier by dense cosine to the mention, then the
-   better-established concept (more names), then reciprocal rank fusion of the BM25 and dense ranks;
-3. a selector (``rules``: exact-match preference and the most specific concept along ``is_a``;
-   or ``llm`` with the same rubric, which may answer "no match");
+   of the mention, the rest — ordered inside a tier by dense cosine to the mention (read from the
+   stored vector for candidates outside the dense top-k), then a name spelt exactly as the mention
+   (case included), then the better-established concept (more names), then reciprocal rank fusion
+   of the BM25 and dense ranks;
+3. a selector (``rules``: exact-match preference; inside the top tier FoodOn's term for the food as
+   bought ("onion (whole, raw)", "pork (raw)"), else the ontology's term with nothing more specified
+   ("nut (unspecified variety)"), then the most specific concept along ``is_a``; or ``llm`` with the
+   same rubric, which may answer "no match");
 4. a confidence score and threshold ``tau``; below it one synonym retry (sub-phrases found in the
    alias table, traditional/simplified and plural variants, or an LLM synonym generator when one
    is given), then abstention.
@@ -23,6 +27,8 @@ import re
 import threading
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
+
+import numpy as np
 
 from bencao.config import field
 from bencao.errors import BencaoError
@@ -54,6 +60,10 @@ class LinkingConfig:
                                         help="FoodOn names the food as bought or eaten 'X (whole, raw)' and gives it the synonym 'X': "
                                              "a synonym match whose label is the mention plus only these qualifiers counts as a label "
                                              "match and is preferred to the bare label (the plant-part or organism class).")
+    unspecified_qualifiers: list[str] = field(default_factory=lambda: ["not further specified", "unspecified variety", "unspecified", "nfs", "nos"],
+                                              help="Qualifiers by which an ontology names its term for a food with nothing more said ('dough not "
+                                                   "further specified', 'nut (unspecified variety)'; LanguaL/FNDDS 'NFS'): among the candidates of "
+                                                   "one tier such a term is preferred for a mention that carries no qualifier itself.")
     grouping_words: list[str] = field(default_factory=lambda: ["or"],
                                       help="Words that make a name disjunctive ('basil (whole or pieces)', 'broth or stock food "
                                            "product'): such grouping classes rank after the other candidates of their tier.")
@@ -169,6 +179,7 @@ class EntityLinker:
             raise BencaoError("linking.selector 'llm' needs an LLM client; configure one or use selector: rules")
         self.tables = _tables(graph, self.cfg.qualifiers)
         self._ancestors: dict[str, set[str]] = {}
+        self._dense_rows: dict[int, dict[str, int]] = {}
 
     # ------------------------------------------------------------------ public
     def link(self, mention: str) -> LinkResult:
@@ -219,8 +230,10 @@ class EntityLinker:
                     c["via"].append(via)
             return c
 
-        for r in self.g.conn.execute("SELECT entity_id, kind FROM aliases WHERE norm=?", (key,)):
-            add(r[0], 0 if r[1] == "name" else 1, "exact")
+        for eid, kind, alias in self.g.conn.execute("SELECT entity_id, kind, alias FROM aliases WHERE norm=?", (key,)):
+            c = add(eid, 0 if kind == "name" else 1, "exact")
+            if alias.strip() == mention:  # spelt as written, case included: 'cheddar cheese' vs 'Cheddar cheese'
+                c["verbatim"] = True
         if m_toks:
             for eid in self.tables.base.get(" ".join(m_toks), ()):
                 add(eid, 2, "normalised")["label"] = " ".join(m_toks) in self.tables.label_keys.get(eid, ())
@@ -237,6 +250,8 @@ class EntityLinker:
                 c = add(eid, 5, "dense")
                 c["dense"] = round(s, 4)
                 c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
+        if lexical and self.indexes is not None:
+            self._fill_cosines(mention, pool)
         if self.cfg.types:
             ents = self.g.get_entities(pool)
             pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
@@ -254,9 +269,37 @@ class EntityLinker:
                 c["tier"] = 4
             c["obsolete"] = c["id"] in self.tables.obsolete and self.cfg.penalise_obsolete
             label = self.tables.labels.get(c["id"], "")
-            c["state_form"] = c["tier"] in (1, 2) and self._state_form(m_toks, label)
+            c["state_form"] = c["tier"] in (1, 2, 3) and self._state_form(m_toks, label)
+            c["unspecified"] = c["tier"] <= 3 and self._unspecified(label)
             c["grouping"] = self._grouping(label)
         return self._order(list(pool.values()))
+
+    def _fill_cosines(self, mention: str, pool: dict[str, dict[str, Any]]) -> None:
+        """The cosine of every candidate that the dense top-k missed, read from its stored vector.
+
+        Candidates are ordered by cosine inside a tier; one found only by the alias tables or BM25
+        would otherwise count as cosine 0 merely because it fell outside ``k_dense``.
+        """
+        missing = [eid for eid, c in pool.items() if c["dense"] is None]
+        if not missing or not self.indexes.can_embed(mention):
+            return
+        idx = self.indexes.dense("entities")
+        if idx is None:
+            return
+        rows = self._dense_rows.get(id(idx))
+        if rows is None:
+            self._dense_rows.clear()
+            rows = self._dense_rows[id(idx)] = {eid: i for i, eid in enumerate(idx.ids)}
+        have = [(eid, rows[eid]) for eid in missing if eid in rows]
+        if not have:
+            return
+        try:
+            vecs = np.stack([idx.index.reconstruct(r) for _, r in have])
+        except RuntimeError:  # an approximate index without a direct map cannot give vectors back
+            return
+        q = self.indexes.embed_queries([mention])[0]
+        for (eid, _), s in zip(have, vecs @ q):
+            pool[eid]["dense"] = round(float(s), 4)
 
     def _state_form(self, m_toks: list[str], label: str) -> bool:
         """Is ``label`` the mention plus only default-state qualifiers ('onion (whole, raw)', 'pineapple (raw)')?"""
@@ -266,6 +309,11 @@ class EntityLinker:
         words = {w for q in quals for w in re.split(r"[\s,，、;]+", norm_key(q)) if w}
         return bool(words) and words <= {norm_key(w) for w in self.cfg.state_qualifiers}
 
+    def _unspecified(self, label: str) -> bool:
+        """Does ``label`` say that nothing more is specified ('nut (unspecified variety)', 'dough not further specified')?"""
+        key = f" {' '.join(tokenize(norm_key(label)))} "
+        return any(f" {' '.join(tokenize(norm_key(q)))} " in key for q in self.cfg.unspecified_qualifiers if q.strip())
+
     def _grouping(self, label: str) -> bool:
         key = f" {norm_key(label)} "
         return any((f" {norm_key(w)} " in key) if w.isascii() else (norm_key(w) in key) for w in self.cfg.grouping_words if w.strip())
@@ -273,9 +321,11 @@ class EntityLinker:
     def _order(self, cands: list[dict[str, Any]]) -> list[dict[str, Any]]:
         def key(c: dict[str, Any]) -> tuple:
             # tier; fewer extra words; closer to the mention by dense cosine (2 decimals: exact ties stay
-            # ties); the better-established concept (more names); fused rank.
+            # ties); a name spelt exactly as the mention (case included); the better-established concept
+            # (more names); fused rank.
             return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
-                    -round(c["dense"], 2) if c["dense"] is not None else 0.0, -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
+                    -round(c["dense"], 2) if c["dense"] is not None else 0.0, not c.get("verbatim"),
+                    -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
 
@@ -364,6 +414,9 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
         reason = f"{TIER_NAMES[group[0]['tier']]} naming the food as bought or eaten ({linker.tables.labels.get(group[0]['id'])!r})"
     elif top_tier == 2 and any(c.get("label") for c in group):  # a label beats a synonym here too
         group = [c for c in group if c.get("label")]
+    if len(group) > 1 and any(c.get("unspecified") for c in group) and not all(c.get("unspecified") for c in group):
+        group = [c for c in group if c.get("unspecified")]
+        reason += f"; the ontology's term for it with nothing more specified ({linker.tables.labels.get(group[0]['id'])!r})"
     if len(group) > 1 and any(c.get("grouping") for c in group) and not all(c.get("grouping") for c in group):
         reason += f"; {sum(bool(c.get('grouping')) for c in group)} disjunctive grouping class(es) set aside"
         group = [c for c in group if not c.get("grouping")]
@@ -380,7 +433,7 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     best = group[0]
     rivals = len([c for c in group if c is not best])
     if rivals:
-        reason += f"; {rivals} other candidate(s) of the same tier, chosen by cosine, number of names and fused rank"
+        reason += f"; {rivals} other candidate(s) of the same tier, chosen by cosine, exact spelling, number of names and fused rank"
     if best["dense"] is not None:
         reason += f"; cosine {best['dense']:.2f}"
     return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}

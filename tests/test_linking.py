@@ -83,6 +83,73 @@ def test_specificity_qualifiers_and_token_sets(onions):
     assert linker.link("ground beef").chosen_id == "X:6"  # same tokens, order-free
 
 
+def test_exact_spelling_breaks_a_tie_between_duplicate_labels(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
+    b.entity("Gouda cheese", "food", id="X:20")
+    b.entity("gouda cheese", "food", id="X:21")
+    g.commit(b)
+    linker = EntityLinker(g, LinkingConfig())
+    r = linker.link("gouda cheese")
+    assert r.chosen_id == "X:21" and r.rationale.startswith("exact label") and "exact spelling" in r.rationale
+    assert linker.link("Gouda cheese").chosen_id == "X:20"
+    assert linker.link("GOUDA CHEESE").chosen_id in {"X:20", "X:21"}  # neither spelt so: still an exact label match
+    g.close()
+
+
+def test_unspecified_term_and_default_state_within_a_tier(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
+    b.entity("lentil food product", "food", id="X:30", aliases=[("lentil products", "synonym")])
+    b.entity("lentil", "food", id="X:31")
+    b.entity("lentil (unspecified variety)", "food", id="X:32")
+    b.entity("veal (cooked)", "food", id="X:40")
+    b.entity("veal (smoked)", "food", id="X:41")
+    b.entity("veal (raw)", "food", id="X:42")
+    b.entity("veal (sliced, cooked)", "food", id="X:43")
+    g.commit(b)
+    linker = EntityLinker(g, LinkingConfig())
+    # three labels normalise to 'lentil': the one that says nothing more is specified is the term for a bare mention
+    r = linker.link("lentils")
+    assert r.chosen_id == "X:32" and "nothing more specified" in r.rationale
+    assert linker.link("lentil").chosen_id == "X:31"  # an exact label still wins over a normalised one
+    plain = EntityLinker(g, LinkingConfig(unspecified_qualifiers=[]))
+    assert plain.link("lentils").chosen_id == "X:30"  # otherwise the better-established term (more names)
+    # no 'veal' term: among the qualified names the default state (raw) is the food as bought, not 'cooked'
+    r = linker.link("veal")
+    assert r.chosen_id == "X:42" and "bought or eaten" in r.rationale and not r.abstained
+    assert EntityLinker(g, LinkingConfig(state_qualifiers=[])).link("veal").chosen_id != "X:42"
+    assert linker.link("cooked veal").chosen_id == "X:40"  # a qualifier in the mention is matched, not overridden
+    g.close()
+
+
+def test_cosine_is_measured_for_candidates_outside_the_dense_top_k(tmp_path):
+    from bencao.retrieval.index import update_indexes
+    from retrieval_graphs import DEMO_INDEX
+
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
+    b.entity("quince", "food", id="X:50")
+    b.entity("quince", "organism", id="X:51", aliases=[("Cydonia oblonga", "synonym"), ("Cydonia vulgaris", "synonym")],
+             description="A small deciduous tree of the rose family grown in orchards.")
+    b.entity("大枣", "food", id="X:52", aliases=[("大棗", "traditional")])
+    g.commit(b)
+    update_indexes(g, DEMO_INDEX)
+    idx = open_indexes(g, DEMO_INDEX)
+    # k_dense=0: neither label comes from the dense search, yet both are ordered by their real cosine
+    linker = EntityLinker(g, LinkingConfig(k_dense=0), indexes=idx)
+    r = linker.link("quince")
+    dense = {c["id"]: c["dense"] for c in r.candidates}
+    assert dense["X:50"] > 0.99 and dense["X:51"] is not None and dense["X:51"] < dense["X:50"]
+    assert r.chosen_id == "X:50"
+    # without vectors a missing cosine decided nothing: the term with more names won
+    assert EntityLinker(g, LinkingConfig(k_dense=0)).link("quince").chosen_id == "X:51"
+    # a Chinese mention the English embedder cannot read still links through the alias table
+    r = linker.link("大棗")
+    assert r.chosen_id == "X:52" and r.candidates[0]["dense"] is None
+    g.close()
+
+
 def test_traditional_and_simplified_chinese(tmp_path):
     g = build_tcm_graph(tmp_path / "tcm")
     linker = EntityLinker(g, LinkingConfig(), indexes=open_indexes(g))
@@ -132,7 +199,7 @@ def test_llm_selector_and_synonym_retry_use_the_client(onions):
 
 @pytest.mark.slow
 def test_cafeteria_dev_acc_at_1_full_foodon(tmp_path):
-    """The issue's figure on the CafeteriaFCD dev file (full FoodOn slice, no LLM): measured 0.81 (halves 0.82 / 0.79;
+    """The issue's figure on the CafeteriaFCD dev file (full FoodOn slice, no LLM): measured 0.83 (halves 0.86 / 0.79;
     target 0.85 not reached, see README "Entity linking"). Guards against regressions below the measured level."""
     if not DEV_EL.exists():
         pytest.skip("dev data not present")
@@ -143,4 +210,4 @@ def test_cafeteria_dev_acc_at_1_full_foodon(tmp_path):
     out = subprocess.run([sys.executable, str(repo / "bench" / "el_dev.py"), "--graph", str(tmp_path / "foodon"), "--build-foodon",
                           "--data", str(DEV_EL)], capture_output=True, text=True, env=dict(os.environ), check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    assert res["acc@1"] >= 0.78 and res["abstention"] <= 0.1, res
+    assert res["acc@1"] >= 0.8 and res["abstention"] <= 0.1, res
