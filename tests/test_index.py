@@ -52,7 +52,7 @@ def test_lexical_matches_traditional_chinese_and_english_plurals(tmp_path):
 
 
 def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
-    from bencao.retrieval.index.items import triple_items
+    from bencao.retrieval.index.items import entity_items, triple_items
     from bencao.retrieval.index.lexical import analyze_items
 
     items = []
@@ -62,6 +62,13 @@ def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
     assert all(it.lex_parts for it in items) and any(not it.lex.isascii() for it in items)
     # the parts are analysed once each, and give the tokens of the whole "head relation tail" text
     assert [sorted(t) for t in analyze_items(items)] == [sorted(analyze(it.lex)) for it in items]
+    g = Graph.open(tmp_path / "tcm", read_only=True)
+    ents = list(entity_items(g))
+    g.close()
+    memo: dict[str, list[str]] = {}
+    assert [sorted(t) for t in analyze_items(ents, memo)] == [sorted(analyze(it.lex)) for it in ents]
+    assert "山药" in memo and "山藥" in memo  # names and aliases, reused by the triples
+    assert analyze_items(items, memo) == analyze_items(items)
     # items without parts are analysed whole
     from bencao.retrieval.index.items import Item
 

@@ -112,6 +112,7 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
     teach_jieba(graph)  # the graph's Chinese names stay whole words, at index and at query time
     embedder = None
     cache = None
+    lex_memo: dict[str, list[str]] = {}  # tokens of entity names, shared by the entity and triple indexes
     try:
         for kind in KINDS:
             want_lex, want_dense = kind in cfg.kinds, kind in cfg.dense_kinds
@@ -124,7 +125,7 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
             if want_lex:
                 lh = h + LEXICAL_ANALYZER
                 if force or lex_meta.get(kind, {}).get("hash") != lh or not (lex_dir / kind / "ids.json").exists():
-                    LexicalIndex.build(analyze_items(items), [it.id for it in items]).save(lex_dir / kind)
+                    LexicalIndex.build(analyze_items(items, lex_memo), [it.id for it in items]).save(lex_dir / kind)
                     lex_meta[kind] = {"hash": lh, "n": len(items)}
                     atomic_write_json(lex_dir / "meta.json", lex_meta)
                     log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items), time.time() - t_kind)

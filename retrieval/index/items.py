@@ -24,7 +24,7 @@ class Item:
     lex: str  # lexical text
     lang: str
     #: The lexical text as space-separated parts whose tokens can be computed once per distinct part
-    #: (a triple's head, relation and tail: 3.4 M triples share 0.5 M names at full scale).
+    #: (an entity's names; a triple's head, relation and tail: 3.4 M triples share 0.5 M names at full scale).
     lex_parts: tuple[str, ...] | None = None
 
 
@@ -47,7 +47,8 @@ def entity_items(g: Graph, max_aliases: int = 12, max_chars: int = 600) -> Itera
             text += "; " + "; ".join(names)
         if e.get("description"):
             text += ". " + e["description"]
-        yield Item(e["id"], text[:max_chars], " ".join([e["name"], *names]), lang_of(e["name"] + " " + (e.get("description") or "")))
+        yield Item(e["id"], text[:max_chars], " ".join([e["name"], *names]), lang_of(e["name"] + " " + (e.get("description") or "")),
+                   (e["name"], *names))
 
 
 def triple_items(g: Graph) -> Iterator[Item]:

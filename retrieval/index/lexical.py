@@ -56,13 +56,14 @@ def analyze(text: str) -> list[str]:
     return out
 
 
-def analyze_items(items: Iterable[Any]) -> list[list[str]]:
+def analyze_items(items: Iterable[Any], memo: dict[str, list[str]] | None = None) -> list[list[str]]:
     """:func:`analyze` of each item's ``lex`` text; an item with ``lex_parts`` gets the tokens of its
-    parts, each distinct part analysed once. Parts are separated by spaces, which neither jieba nor
-    the CJK bigrams cross, so this equals analysing the joined text (up to token order, which BM25
-    ignores), except that a Latin-script part next to a Chinese one is split by the word pattern
-    rather than by jieba."""
-    memo: dict[str, list[str]] = {}
+    parts, each distinct part analysed once (``memo`` may be shared between calls: entity names
+    recur in the triples). Parts are separated by spaces, which neither jieba nor the CJK bigrams
+    cross, so this equals analysing the joined text (up to token order, which BM25 ignores),
+    except that a Latin-script part next to a Chinese one is split by the word pattern rather than
+    by jieba."""
+    memo = {} if memo is None else memo
     out: list[list[str]] = []
     for it in items:
         parts = getattr(it, "lex_parts", None)
