@@ -142,7 +142,16 @@ class _AliasTables:
         for q in self.qualifiers:
             if q and re.search(rf"(^|\s){re.escape(q)}($|\s)", key):
                 key = re.sub(rf"(^|\s){re.escape(q)}($|\s)", " ", key)
-        return [light_stem(t) for t in tokenize(key)]
+        return [_singular(t) for t in tokenize(key)]
+
+
+def _singular(token: str) -> str:
+    """The plural fold of the matching keys: :func:`light_stem`, and '-ie' singulars spelt like their
+    '-ies' plurals' stem ('cookies' → 'cooky' ← 'cookie'), so both forms meet on one key."""
+    t = light_stem(token)
+    if len(t) >= 5 and t.endswith("ie") and t.isascii() and t.isalpha():
+        return t[:-2] + "y"
+    return t
 
 
 _TABLES: dict[tuple, _AliasTables] = {}
@@ -353,7 +362,9 @@ class EntityLinker:
                 if k in seen or len(k) < 2:
                     continue
                 seen.add(k)
-                if self.g.conn.execute("SELECT 1 FROM aliases WHERE norm=? LIMIT 1", (k,)).fetchone():
+                # a name as written, or after the plural fold ('sliced almonds' → 'almonds' → 'almond')
+                if (self.g.conn.execute("SELECT 1 FROM aliases WHERE norm=? LIMIT 1", (k,)).fetchone()
+                        or " ".join(self.tables.base_tokens(sub, keep_parens=True)) in self.tables.base):
                     out.append((sub, "sub-phrase"))
         return out[:8]
 

@@ -123,6 +123,24 @@ def test_unspecified_term_and_default_state_within_a_tier(tmp_path):
     g.close()
 
 
+def test_plural_fold_and_head_noun_first_in_the_retry(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
+    b.entity("cookie", "food", id="X:60")
+    b.entity("berry", "food", id="X:61")
+    b.entity("almond", "food", id="X:62")
+    b.entity("sliced", "quality", id="X:63")
+    g.commit(b)
+    linker = EntityLinker(g, LinkingConfig())
+    r = linker.link("cookies")  # '-ies' plural of an '-ie' singular
+    assert r.chosen_id == "X:60" and r.rationale.startswith("normalised name")
+    assert linker.link("berries").chosen_id == "X:61"  # ... and of a '-y' singular
+    # no name covers 'sliced almonds': the retry tries the head noun first, found after folding its plural
+    r = linker.link("sliced almonds")
+    assert r.retried and r.chosen_id == "X:62" and "'almonds'" in r.rationale
+    g.close()
+
+
 def test_cosine_is_measured_for_candidates_outside_the_dense_top_k(tmp_path):
     from bencao.retrieval.index import update_indexes
     from retrieval_graphs import DEMO_INDEX
