@@ -51,6 +51,28 @@ def test_lexical_matches_traditional_chinese_and_english_plurals(tmp_path):
     assert light_stem("potatoes") == "potato" and light_stem("glass") == "glass"
 
 
+def test_lexical_search_equals_full_scoring_with_common_terms():
+    import random
+
+    rnd = random.Random(0)
+    herbs = [f"herb{i}" for i in range(300)]
+    docs = [f"{rnd.choice(herbs)} treats {rnd.choice(['cough', 'fever', 'pain'])} {'for' if i % 2 else ''} {rnd.choice(herbs)}"
+            for i in range(3000)]
+    ids = [f"d{i}" for i in range(len(docs))]
+    idx = LexicalIndex.build([analyze(d) for d in docs], ids)
+    for q in ("herb7 treat", "herb12 herb40 cough", "treat for", "herb3 for fever"):
+        toks = [t for t in analyze(q) if t != "for"]  # an English stopword: dropped from queries
+        full = idx.scores(toks)
+        order = sorted(range(len(ids)), key=lambda i: (-full[i], i))[:10]
+        want = [(ids[i], float(full[i])) for i in order if full[i] > 0]
+        got = idx.search(q, 10)
+        # "treat" (in every document) only rescores the documents a rarer token found; the top 10
+        # and their scores are those of scoring every document
+        assert [d for d, _ in got] == [d for d, _ in want], q
+        assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)
+    assert idx.search("for", 3)  # a query of stopwords alone still searches
+
+
 def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
     from bencao.retrieval.index.items import entity_items, triple_items
     from bencao.retrieval.index.lexical import analyze_items

@@ -56,6 +56,18 @@ def analyze(text: str) -> list[str]:
     return out
 
 
+def _stopwords() -> frozenset[str]:
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return frozenset(STOPWORDS_EN)
+
+
+_QUERY_STOPWORDS = _stopwords()
+#: Query tokens found in more than this share of an index's documents only rescore the documents
+#: that rarer tokens of the query found (see ``LexicalIndex.search``).
+COMMON_DF = 0.02
+
+
 def analyze_items(items: Iterable[Any], memo: dict[str, list[str]] | None = None) -> list[list[str]]:
     """:func:`analyze` of each item's ``lex`` text; an item with ``lex_parts`` gets the tokens of its
     parts, each distinct part analysed once (``memo`` may be shared between calls: entity names
@@ -118,13 +130,64 @@ class LexicalIndex:
         return np.asarray(self.bm25.get_scores(toks), dtype=np.float32)[: len(self.ids)]
 
     def search(self, query: str | list[str], k: int) -> list[tuple[str, float]]:
-        s = self.scores(query)
-        if not len(s) or k <= 0:
+        """The ``k`` best documents with a positive score, best first (ties: index order).
+
+        Scores are summed over the query tokens' posting lists only, and the top ``k`` is chosen
+        among the documents that occur in them: on a 3.4 M-triple index a dense score array and a
+        partition over all documents (bm25s' own path) cost ~100 ms a query, the postings of a
+        question a few ms."""
+        if k <= 0 or not self.ids:
             return []
-        k = min(k, len(s))
-        top = np.argpartition(-s, k - 1)[:k]
-        top = top[np.argsort(-s[top], kind="stable")]
-        return [(self.ids[i], float(s[i])) for i in top if s[i] > 0]
+        toks = analyze(query) if isinstance(query, str) else list(query)
+        vocab = self.bm25.vocab_dict
+        # English function words ("for", "with") match a large part of an English corpus and rank
+        # nothing; they are dropped from the query (bm25s' own English list), unless nothing else is left
+        content = [t for t in toks if t not in _QUERY_STOPWORDS] or toks
+        tids = np.array([vocab[t] for t in content if t in vocab], dtype=np.int64)
+        if not len(tids):
+            return []
+        if getattr(self.bm25, "nonoccurrence_array", None) is not None:  # BM25L/BM25+: every document scores
+            docs = np.arange(len(self.ids))
+            sc = self.scores(list(toks)).astype(np.float64)
+        else:
+            sm = self.bm25.scores
+            indptr, indices, data = sm["indptr"], sm["indices"], sm["data"]
+            starts, ends = indptr[tids], indptr[tids + 1]
+            if not int((ends - starts).sum()):
+                return []
+            # common terms (Lucene's high-frequency cutoff): a token in more than COMMON_DF of the
+            # documents ("treat" in every `treats` triple) only adds its score to documents that
+            # match a rarer token, so it costs a lookup per candidate, not a pass over its postings
+            common = (ends - starts) > max(COMMON_DF * len(self.ids), 1000)
+            if common.all():
+                common[:] = False
+            rare = [(a, b) for a, b in zip(starts[~common].tolist(), ends[~common].tolist())]
+            post = np.concatenate([indices[a:b] for a, b in rare])
+            vals = np.concatenate([data[a:b] for a, b in rare]).astype(np.float64)
+            if len(post) * 8 < len(self.ids):
+                docs, inv = np.unique(post, return_inverse=True)
+                sc = np.bincount(inv, weights=vals)
+            else:
+                full = np.bincount(post, weights=vals, minlength=len(self.ids))
+                docs = np.flatnonzero(full)
+                sc = full[docs]
+            for a, b in zip(starts[common].tolist(), ends[common].tolist()):
+                col = indices[a:b]  # ascending document numbers
+                pos = np.minimum(np.searchsorted(col, docs), len(col) - 1)
+                hit = col[pos] == docs
+                sc[hit] += data[a:b][pos[hit]]
+        keep = (sc > 0) & (docs < len(self.ids))
+        docs, sc = docs[keep], sc[keep]
+        if len(docs) > k:
+            # the k-th best value, then everything above it and the lowest-numbered documents at it:
+            # numpy's argpartition degrades badly on the long runs of equal BM25 scores
+            # (51 k documents with 3 distinct scores: 20 ms, this: 2 ms)
+            thr = np.partition(sc, len(sc) - k)[len(sc) - k]
+            above = np.flatnonzero(sc > thr)
+            sel = np.concatenate([above, np.flatnonzero(sc == thr)[: k - len(above)]])
+            docs, sc = docs[sel], sc[sel]
+        order = np.lexsort((docs, -sc))
+        return [(self.ids[int(docs[i])], float(sc[i])) for i in order]
 
     def save(self, directory: Path) -> None:
         tmp = directory.with_name(directory.name + ".tmp")
