@@ -121,3 +121,20 @@ def test_merged_edges_among_a_subset(small_graph):
     got = {(adj.ids[sub[i]], adj.ids[sub[j]]): x for i, j, x in zip(h.tolist(), t.tolist(), w.tolist())}
     # A→B's two relations (0.9, 0.5) are one edge of weight 0.7; C→D leaves the subset
     assert got == pytest.approx({(A, B): 0.7, (A, C): 0.2, (B, C): 0.8, (C, A): 1.0})
+
+
+def test_neighbourhood_keeps_the_most_confident_neighbours_of_a_hub(tmp_path):
+    from bencao.retrieval.search.adjacency import adjacency_for
+
+    g = Graph.create(tmp_path / "hub")
+    b = g.builder(source="hand", kind="kb", content_key="hub-1", format="test")
+    hub = b.entity("甘", "flavour")
+    herbs = [b.entity(f"herb{i:02d}", "herb") for i in range(40)]
+    for i, h in enumerate(herbs):  # herb39 is the most confident, herb00 the least
+        b.triple(h, "has_flavour", hub, confidence=0.5 + i / 100, layer="imported", origin="t")
+    b.triple(hub, "related_to", herbs[0], confidence=0.995, layer="imported", origin="t")  # an out-edge outranks them
+    g.commit(b)
+    adj = adjacency_for(g)
+    got = {adj.ids[i] for i in adj.neighbourhood({hub}, 3).tolist()}
+    assert got == {hub, herbs[0], herbs[39], herbs[38]}
+    g.close()

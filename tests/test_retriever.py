@@ -56,6 +56,17 @@ def test_micro_retrieval_with_query_triples(tcm):
     assert micro[0]["snippet_ids"] and any(s["id"] in micro[0]["snippet_ids"] for s in ev.snippets)
 
 
+def test_anchored_triples_are_the_linked_entities_most_confident(tcm):
+    cfg = load_retrieval_config(None, ["macro.enabled=false", "paths.enabled=false", "micro.anchored_triples=2"])
+    ev = Retriever(tcm, cfg).retrieve("山药")
+    shanyao = tcm.find_entity_id("山药")
+    anchored = [t for t in ev.triples if "anchored" in t["via"]]
+    best = sorted(tcm.triples_of(shanyao), key=lambda t: -t["confidence"])
+    assert [t["id"] for t in anchored] and {t["id"] for t in anchored} <= {t["id"] for t in best}
+    assert min(t["confidence"] for t in anchored) >= best[len(anchored) - 1]["confidence"]
+    assert tcm.get_triples_by_rowid([]) == {}
+
+
 def test_evidence_json_roundtrip_and_budget(tcm):
     ev = Retriever(tcm).retrieve("山药")
     d = json.loads(json.dumps(ev.to_dict(), ensure_ascii=False))

@@ -518,6 +518,15 @@ class Graph:
                 out[r["id"]] = _row(r, json_cols=("attributes",))
         return out
 
+    def get_triples_by_rowid(self, rowids: Iterable[int]) -> dict[int, dict[str, Any]]:
+        """Triples by SQLite rowid (the in-memory adjacency's handle), in one query."""
+        out: dict[int, dict[str, Any]] = {}
+        sql = _TRIPLE_SELECT.replace("SELECT ", "SELECT t.rowid AS _rowid, ", 1) + " WHERE t.rowid IN (SELECT value FROM json_each(?))"
+        for r in self.conn.execute(sql, (json.dumps([int(x) for x in dict.fromkeys(rowids)]),)):
+            row = _row(r, json_cols=("attributes",))
+            out[row.pop("_rowid")] = row
+        return out
+
     def iter_triples(self, layer: str | None = None, relation: str | None = None) -> Iterator[dict[str, Any]]:
         where, args = [], []
         if layer:

@@ -101,10 +101,13 @@ class Adjacency:
         return len(self.ids)
 
     @staticmethod
-    def _gather(ptr: np.ndarray, vals: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Concatenated CSR rows of ``nodes``: (owner node of each entry, position in ``vals``)."""
+    def _gather(ptr: np.ndarray, vals: np.ndarray, nodes: np.ndarray, cap: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Concatenated CSR rows of ``nodes`` (the first ``cap`` entries of each when given):
+        (owner position in ``nodes`` of each entry, position in ``vals``)."""
         starts, ends = ptr[nodes], ptr[nodes + 1]
         lens = ends - starts
+        if cap is not None:
+            lens = np.minimum(lens, cap)
         total = int(lens.sum())
         if not total:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -113,24 +116,30 @@ class Adjacency:
         return owner, starts[owner] + offs
 
     def neighbourhood(self, nodes: set[str], neighbour_limit: int) -> np.ndarray:
-        """Node numbers of ``nodes`` plus, for each, its first ``neighbour_limit`` distinct neighbours
-        (either direction) in entity-id order."""
+        """Node numbers of ``nodes`` plus, for each, its ``neighbour_limit`` most confident distinct
+        neighbours (either direction; equally confident edges in storage order: relation, triple).
+
+        Each node's edges are stored most confident first, so only the first ``2 × limit`` of each
+        direction are read: a hub with 10^5 triples costs what a leaf costs."""
         seeds = np.array(sorted(self.index[e] for e in nodes if e in self.index), dtype=np.int64)
-        if not len(seeds):
+        if not len(seeds) or neighbour_limit <= 0:
             return seeds
-        o_owner, o_pos = self._gather(self.out_ptr, self.out_dst, seeds)
-        i_owner, i_pos = self._gather(self.in_ptr, self.in_src, seeds)
+        cap = 2 * neighbour_limit  # parallel edges to one neighbour may take several of the first slots
+        o_owner, o_pos = self._gather(self.out_ptr, self.out_dst, seeds, cap)
+        i_owner, i_pos = self._gather(self.in_ptr, self.in_src, seeds, cap)
         owner = np.concatenate([o_owner, i_owner])
         nb = np.concatenate([self.out_dst[o_pos], self.in_src[i_pos]]).astype(np.int64)
-        keep = [seeds]
-        if len(nb) and neighbour_limit > 0:
-            # distinct (owner, neighbour) pairs in neighbour order, then the first `limit` per owner
-            key = np.unique(owner * len(self.ids) + nb)
-            own, nbr = key // len(self.ids), key % len(self.ids)
-            first = np.searchsorted(own, own, side="left")
-            rank = np.arange(len(own)) - first
-            keep.append(nbr[rank < neighbour_limit])
-        return np.unique(np.concatenate(keep))
+        w = np.concatenate([self.out_w[o_pos], self.in_w[i_pos]])
+        if not len(nb):
+            return seeds
+        order = np.lexsort((nb, -w, owner))  # per owner: most confident first, then entity number
+        owner, nb = owner[order], nb[order]
+        _, first = np.unique(owner * len(self.ids) + nb, return_index=True)  # first sight of each (owner, neighbour)
+        keep = np.zeros(len(nb), dtype=bool)
+        keep[first] = True
+        owner, nb = owner[keep], nb[keep]
+        rank = np.arange(len(owner)) - np.searchsorted(owner, owner, side="left")
+        return np.unique(np.concatenate([seeds, nb[rank < neighbour_limit]]))
 
     def edges_among(self, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Every triple whose head and tail are both in ``nodes``: (head numbers, tail numbers, confidences)."""

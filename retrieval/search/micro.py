@@ -1,7 +1,7 @@
 """Micro retrieval (TCM-DiffRAG): query triples → nearest graph triples → the snippets they came from.
 
 Without query triples the question itself is the query. Triples incident to the linked entities
-join as ``anchored`` (by confidence). Each triple brings up to ``snippets_per_triple`` source
+join as ``anchored`` (most confident first). Each triple brings up to ``snippets_per_triple`` source
 snippets through ``triple_sources`` (M1: book snippets; M2: reasoning texts).
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.search.adjacency import adjacency_for
 from bencao.retrieval.search.fusion import rrf
 
 
@@ -28,8 +29,12 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
         if tid in found:
             triples[tid] = dict(found[tid], score=round(score, 6), via=["micro"])
     per_entity = max(1, anchored_triples // max(1, len(linked_ids))) if linked_ids else 0
+    # each linked entity's most confident triples, from the cached adjacency (a hub's 10^5 triples
+    # are not read to keep a few)
+    top = {eid: [e[0] for e in adjacency_for(g).top_edges(eid, per_entity)] for eid in linked_ids} if per_entity else {}
+    by_rowid = g.get_triples_by_rowid(r for rows in top.values() for r in rows) if top else {}
     for eid in linked_ids:
-        for t in g.triples_of(eid)[:per_entity]:
+        for t in (by_rowid[r] for r in top.get(eid, []) if r in by_rowid):
             if t["id"] in triples:
                 if "anchored" not in triples[t["id"]]["via"]:
                     triples[t["id"]]["via"].append("anchored")
