@@ -81,12 +81,16 @@ def has_cjk(text: str) -> bool:
     return bool(_CJK_RE.search(text))
 
 
+def cjk_counts(text: str) -> tuple[int, int]:
+    """(CJK ideographs, non-space characters) of ``text``; ``cjk_ratio`` is their quotient."""
+    chars = [c for c in text if not c.isspace()]
+    return sum(1 for c in chars if _CJK_RE.match(c)), len(chars)
+
+
 def cjk_ratio(text: str) -> float:
     """Share of non-space characters that are CJK ideographs."""
-    chars = [c for c in text if not c.isspace()]
-    if not chars:
-        return 0.0
-    return sum(1 for c in chars if _CJK_RE.match(c)) / len(chars)
+    cjk, n = cjk_counts(text)
+    return cjk / n if n else 0.0
 
 
 def lang_of(text: str) -> str:
