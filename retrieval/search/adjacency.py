@@ -44,19 +44,26 @@ class Adjacency:
 
     @classmethod
     def build(cls, g: Graph) -> "Adjacency":
-        ids = [r[0] for r in g.conn.execute("SELECT id FROM entities ORDER BY id")]
+        ent = g.conn.execute("SELECT rowid, id FROM entities ORDER BY id").fetchall()
+        ids = [r[1] for r in ent]
         index = {e: i for i, e in enumerate(ids)}
+        ent_rowid = np.fromiter((r[0] for r in ent), dtype=np.int64, count=len(ent))
+        node_of = np.full(int(ent_rowid.max()) + 1 if len(ent) else 1, -1, dtype=np.int64)  # entity rowid → node number
+        node_of[ent_rowid] = np.arange(len(ent))
+        del ent
         relations = [r[0] for r in g.conn.execute("SELECT DISTINCT relation FROM triples ORDER BY relation")]
         rel_index = {r: i for i, r in enumerate(relations)}
         parts: dict[str, list[np.ndarray]] = {"src": [], "dst": [], "w": [], "rowid": [], "rel": []}
-        cur = g.conn.execute("SELECT rowid, head_id, tail_id, confidence, relation FROM triples")
+        # entity rowids come from the join in SQLite: integers instead of two text ids per triple
+        cur = g.conn.execute("SELECT t.rowid, h.rowid, x.rowid, t.confidence, t.relation FROM triples t "
+                             "JOIN entities h ON h.id = t.head_id JOIN entities x ON x.id = t.tail_id")
         while True:
             rows = cur.fetchmany(100_000)
             if not rows:
                 break
             parts["rowid"].append(np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)))
-            parts["src"].append(np.fromiter((index[r[1]] for r in rows), dtype=np.int32, count=len(rows)))
-            parts["dst"].append(np.fromiter((index[r[2]] for r in rows), dtype=np.int32, count=len(rows)))
+            parts["src"].append(node_of[np.fromiter((r[1] for r in rows), dtype=np.int64, count=len(rows))].astype(np.int32))
+            parts["dst"].append(node_of[np.fromiter((r[2] for r in rows), dtype=np.int64, count=len(rows))].astype(np.int32))
             parts["w"].append(np.fromiter((r[3] for r in rows), dtype=np.float64, count=len(rows)))
             parts["rel"].append(np.fromiter((rel_index[r[4]] for r in rows), dtype=np.int32, count=len(rows)))
         cat = {k: (np.concatenate(v) if v else np.zeros(0, dtype=np.int64 if k == "rowid" else np.float64 if k == "w" else np.int32))
