@@ -79,7 +79,10 @@ class DenseIndex:
         q = np.ascontiguousarray(np.atleast_2d(queries), dtype=np.float32)
         if q.shape[1] != self.dim:
             raise BencaoError(f"query vectors have {q.shape[1]} dimensions, the index {self.dim}; the index was built with another embedder")
-        scores, rows = self.index.search(q, min(k, len(self.ids)))
+        if len(q) <= SINGLE_THREAD_MAX_QUERIES:
+            scores, rows = _search_one_thread(self.index, q, min(k, len(self.ids)))
+        else:
+            scores, rows = self.index.search(q, min(k, len(self.ids)))
         return [[(self.ids[r], float(s)) for r, s in zip(rr, ss) if r >= 0] for rr, ss in zip(rows, scores)]
 
     def vectors(self) -> np.ndarray | None:
@@ -110,3 +113,20 @@ class DenseIndex:
         if index.ntotal != len(ids):
             raise BencaoError(f"{fp}: {index.ntotal} vectors but {len(ids)} ids; rebuild with `bencao graph index`")
         return cls(index, ids)
+
+
+#: Up to this many query rows a search runs on one OpenMP thread: a question's one or two vectors
+#: gain nothing from a thread team, and on a busy machine its spin-waiting made a 51 k flat search
+#: 72 ms instead of 20 ms (2 cores, load ≈ 6; bench/RESULTS.md).
+SINGLE_THREAD_MAX_QUERIES = 4
+
+
+def _search_one_thread(index, q: np.ndarray, k: int):
+    import faiss
+
+    n0 = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # this thread's OpenMP setting; other threads keep theirs
+    try:
+        return index.search(q, k)
+    finally:
+        faiss.omp_set_num_threads(n0)
