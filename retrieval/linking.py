@@ -154,6 +154,16 @@ def _singular(token: str) -> str:
     return t
 
 
+def _tied_ranks(hits: list[tuple[str, float]]) -> list[tuple[int, tuple[str, float]]]:
+    """(rank, hit) with equal scores sharing the better rank: two identical names ('sugar', 'sugar')
+    must not be told apart by the order in which an index happens to return its ties."""
+    out: list[tuple[int, tuple[str, float]]] = []
+    for i, (eid, s) in enumerate(hits):
+        rank = out[-1][0] if out and round(s, 5) == round(out[-1][1][1], 5) else i
+        out.append((rank, (eid, s)))
+    return out
+
+
 _TABLES: dict[tuple, _AliasTables] = {}
 _TABLES_LOCK = threading.Lock()
 
@@ -188,7 +198,7 @@ class EntityLinker:
             raise BencaoError("linking.selector 'llm' needs an LLM client; configure one or use selector: rules")
         self.tables = _tables(graph, self.cfg.qualifiers)
         self._ancestors: dict[str, set[str]] = {}
-        self._dense_rows: dict[int, dict[str, int]] = {}
+        self._dense_rows: tuple[Any, dict[str, int]] | None = None  # (dense index, entity id → row)
 
     # ------------------------------------------------------------------ public
     def link(self, mention: str) -> LinkResult:
@@ -251,11 +261,11 @@ class EntityLinker:
             for eid in self.tables.stripped.get(" ".join(m_toks), ()):
                 add(eid, 3, "qualifier dropped")
         if lexical and self.indexes is not None:
-            for rank, (eid, s) in enumerate(self.indexes.lexical_search("entities", mention, self.cfg.k_lexical)):
+            for rank, (eid, s) in _tied_ranks(self.indexes.lexical_search("entities", mention, self.cfg.k_lexical)):
                 c = add(eid, 5, "bm25")
                 c["lexical"] = round(s, 4)
                 c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
-            for rank, (eid, s) in enumerate(self.indexes.dense_search("entities", mention, self.cfg.k_dense)):
+            for rank, (eid, s) in _tied_ranks(self.indexes.dense_search("entities", mention, self.cfg.k_dense)):
                 c = add(eid, 5, "dense")
                 c["dense"] = round(s, 4)
                 c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
@@ -295,10 +305,9 @@ class EntityLinker:
         idx = self.indexes.dense("entities")
         if idx is None:
             return
-        rows = self._dense_rows.get(id(idx))
-        if rows is None:
-            self._dense_rows.clear()
-            rows = self._dense_rows[id(idx)] = {eid: i for i, eid in enumerate(idx.ids)}
+        if self._dense_rows is None or self._dense_rows[0] is not idx:  # the index object is reloaded when the graph changes
+            self._dense_rows = (idx, {eid: i for i, eid in enumerate(idx.ids)})
+        rows = self._dense_rows[1]
         have = [(eid, rows[eid]) for eid in missing if eid in rows]
         if not have:
             return

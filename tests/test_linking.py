@@ -123,6 +123,31 @@ def test_unspecified_term_and_default_state_within_a_tier(tmp_path):
     g.close()
 
 
+def test_duplicate_names_are_not_told_apart_by_the_index_tie_order(tmp_path):
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
+    b.entity("truffle", "food", id="X:70")
+    b.entity("truffle", "food", id="X:71")
+    g.commit(b)
+
+    class TieOrder:  # the lexical index's answer, with its two equal scores in a given order
+        def __init__(self, order):
+            self.order = order
+
+        def lexical_search(self, kind, query, k):
+            return [(eid, 2.5) for eid in self.order][:k]
+
+        def dense_search(self, kind, query, k):
+            return []
+
+        def can_embed(self, text):
+            return False
+
+    picks = {EntityLinker(g, LinkingConfig(), indexes=TieOrder(order)).link("truffle").chosen_id for order in (["X:70", "X:71"], ["X:71", "X:70"])}
+    assert picks == {"X:70"}
+    g.close()
+
+
 def test_plural_fold_and_head_noun_first_in_the_retry(tmp_path):
     g = Graph.create(tmp_path / "g")
     b = g.builder(source="o", kind="ontology", content_key="o1", format="test")
@@ -216,8 +241,9 @@ def test_llm_selector_and_synonym_retry_use_the_client(onions):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # a cold embedding cache: ~32k FoodOn entity texts through MiniLM on 2 cores
 def test_cafeteria_dev_acc_at_1_full_foodon(tmp_path):
-    """The issue's figure on the CafeteriaFCD dev file (full FoodOn slice, no LLM): measured 0.83 (halves 0.86 / 0.79;
+    """The issue's figure on the CafeteriaFCD dev file (full FoodOn slice, no LLM): measured 0.82 (halves 0.84 / 0.79;
     target 0.85 not reached, see README "Entity linking"). Guards against regressions below the measured level."""
     if not DEV_EL.exists():
         pytest.skip("dev data not present")
