@@ -17,7 +17,6 @@ import threading
 from collections import defaultdict
 from typing import Any
 
-import numpy as np
 
 from bencao.io import content_hash
 from bencao.retrieval.graph.store import Graph
@@ -95,17 +94,20 @@ def section_tree(g: Graph) -> tuple[dict[str | None, list[str]], dict[str, str |
         return tree
 
 
+#: Sections taken from the lexical index for the therapy descent (plus up to 50 dense hits).
+THERAPY_LEXICAL_K = 200
+
+
 def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snippets: int = 3) -> list[dict[str, Any]]:
     if ix is None:
         return []
-    lex = ix.lexical("sections")
     scores: dict[str, float] = {}
-    if lex is not None:
-        s = lex.scores(question)
-        if s.max(initial=0.0) > 0:
-            s = s / s.max()
-            for i in np.nonzero(s)[0]:
-                scores[lex.ids[int(i)]] = float(s[int(i)])
+    # the best-scoring sections only: the descent follows each subtree's best section, and a
+    # common character matches tens of thousands of sections of a large corpus
+    hits = ix.lexical_search("sections", question, THERAPY_LEXICAL_K)
+    if hits and hits[0][1] > 0:
+        top = hits[0][1]
+        scores = {sid: sc / top for sid, sc in hits}
     for sid, cos in ix.dense_search("sections", question, 50):
         scores[sid] = scores.get(sid, 0.0) + max(0.0, cos)
     if not scores:
