@@ -71,6 +71,9 @@ def test_lexical_search_equals_full_scoring_with_common_terms():
         assert [d for d, _ in got] == [d for d, _ in want], q
         assert [s for _, s in got] == pytest.approx([s for _, s in want], rel=1e-5)
     assert idx.search("for", 3)  # a query of stopwords alone still searches
+    # 6,000 equal scores (the partition path): the lowest-numbered documents, in order
+    same = LexicalIndex.build([["ginseng"]] * 6000, [f"s{i}" for i in range(6000)])
+    assert [d for d, _ in same.search("ginseng", 5)] == ["s0", "s1", "s2", "s3", "s4"]
 
 
 def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):

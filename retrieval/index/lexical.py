@@ -178,15 +178,17 @@ class LexicalIndex:
                 sc[hit] += data[a:b][pos[hit]]
         keep = (sc > 0) & (docs < len(self.ids))
         docs, sc = docs[keep], sc[keep]
-        if len(docs) > k:
-            # the k-th best value, then everything above it and the lowest-numbered documents at it:
-            # numpy's argpartition degrades badly on the long runs of equal BM25 scores
-            # (51 k documents with 3 distinct scores: 20 ms, this: 2 ms)
-            thr = np.partition(sc, len(sc) - k)[len(sc) - k]
-            above = np.flatnonzero(sc > thr)
-            sel = np.concatenate([above, np.flatnonzero(sc == thr)[: k - len(above)]])
+        if len(docs) > max(k, 4096):
+            # numpy's (arg)partition degrades badly on long runs of equal values, and BM25 scores of
+            # short texts take few distinct values (51 k documents, 3 scores: 20 ms; 500 k in two
+            # sorted blocks: 100 ms). Partition instead on distinct integer keys: the score to 1e-6,
+            # then the lower document number first.
+            span = int(docs[-1]) + 1
+            scale = min(1e6, 2.0**62 / (span * (float(sc.max()) + 1.0)))
+            key = np.rint(sc * scale).astype(np.int64) * span - docs
+            sel = np.argpartition(key, len(key) - k)[len(key) - k :]
             docs, sc = docs[sel], sc[sel]
-        order = np.lexsort((docs, -sc))
+        order = np.lexsort((docs, -sc))[:k]
         return [(self.ids[int(docs[i])], float(sc[i])) for i in order]
 
     def save(self, directory: Path) -> None:
