@@ -138,3 +138,38 @@ def test_neighbourhood_keeps_the_most_confident_neighbours_of_a_hub(tmp_path):
     got = {adj.ids[i] for i in adj.neighbourhood({hub}, 3).tolist()}
     assert got == {hub, herbs[0], herbs[39], herbs[38]}
     g.close()
+
+
+def test_adjacency_is_kept_on_disk_for_the_next_process(small_graph, monkeypatch):
+    import dataclasses
+
+    from bencao.retrieval.search import adjacency as adjmod
+
+    g = small_graph
+    monkeypatch.setattr(adjmod, "PERSIST_MIN_TRIPLES", 0)
+    adjmod._CACHE.clear()
+    built = adjmod.adjacency_for(g)
+    saved = sorted((g.dir / "cache").glob("adjacency-*"))
+    assert len(saved) == 1
+    adjmod._CACHE.clear()  # a new process: nothing in memory
+
+    def no_build(_g):
+        raise AssertionError("rebuilt although the disk copy is current")
+
+    monkeypatch.setattr(adjmod.Adjacency, "build", classmethod(lambda cls, _g: no_build(_g)))
+    loaded = adjmod.adjacency_for(g)
+    for f in dataclasses.fields(adjmod.Adjacency):
+        a, b = getattr(built, f.name), getattr(loaded, f.name)
+        assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), f.name
+    A = g.find_entity_id("alpha")
+    assert loaded.top_edges(A, 2) == built.top_edges(A, 2)
+    monkeypatch.undo()  # the real build again, for the changed graph
+    monkeypatch.setattr(adjmod, "PERSIST_MIN_TRIPLES", 0)
+    b = g.builder(source="hand2", kind="kb", content_key="hand-2", format="test")
+    b.triple(b.entity("alpha", "thing"), "r", b.entity("epsilon", "thing"), confidence=0.3, layer="imported", origin="t")
+    g.commit(b)  # a new generation: the old directory is replaced, not reused
+    adjmod._CACHE.clear()
+    changed = adjmod.adjacency_for(g)
+    assert "epsilon" in {g.get_entity(e)["name"] for e in changed.ids}
+    now = sorted((g.dir / "cache").glob("adjacency-*"))
+    assert len(now) == 1 and now != saved

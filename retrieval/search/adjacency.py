@@ -11,9 +11,13 @@ Memory: about 56 bytes per triple plus the id table (~0.25 GB for 3.5 M triples 
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -192,9 +196,54 @@ _CACHE: "OrderedDict[tuple, Adjacency]" = OrderedDict()
 _LOCK = threading.Lock()
 _MAX_GRAPHS = 2
 
+#: Graphs with at least this many triples keep their adjacency on disk under ``<graph>/cache/``
+#: (memory-mapped when read back), so a new process skips the build (about a minute at 3.4 M triples).
+PERSIST_MIN_TRIPLES = 200_000
+_DISK_VERSION = 1
+_ARRAYS = ("out_ptr", "out_dst", "out_w", "in_ptr", "in_src", "out_rowid", "out_rel", "in_w", "in_rowid", "in_rel",
+           "pr_ptr", "pr_dst", "pr_w")
+
+
+def _disk_dir(g: Graph, key: tuple) -> Path:
+    # the store file's inode and its write generation: every bencao write bumps the generation and a
+    # rebuilt graph is a new file, so a directory name never outlives the state it was built from
+    return g.dir / "cache" / f"adjacency-v{_DISK_VERSION}-{key[1]}-{key[2]}"
+
+
+def _load(d: Path) -> Adjacency | None:
+    try:
+        meta = json.loads((d / "meta.json").read_text(encoding="utf-8"))
+        ids = np.load(d / "ids.npy").tolist()
+        arrays = {k: np.load(d / f"{k}.npy", mmap_mode="r") for k in _ARRAYS}
+    except (OSError, ValueError, KeyError):
+        return None
+    if len(ids) != meta.get("nodes"):
+        return None
+    return Adjacency(ids=ids, index={e: i for i, e in enumerate(ids)}, relations=list(meta["relations"]), **arrays)
+
+
+def _save(adj: Adjacency, d: Path) -> None:
+    """Written to a temporary directory and renamed into place; a read-only graph directory is
+    simply not cached. Older states' directories are removed."""
+    tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    try:
+        tmp.mkdir(parents=True)
+        np.save(tmp / "ids.npy", np.array(adj.ids, dtype=str))
+        for k in _ARRAYS:
+            np.save(tmp / f"{k}.npy", np.asarray(getattr(adj, k)))
+        (tmp / "meta.json").write_text(json.dumps({"nodes": len(adj.ids), "relations": adj.relations}), encoding="utf-8")
+        os.rename(tmp, d)
+    except OSError:  # unwritable, or another process renamed its copy first
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
+    for old in d.parent.glob("adjacency-*"):
+        if old != d and ".tmp-" not in old.name:
+            shutil.rmtree(old, ignore_errors=True)
+
 
 def adjacency_for(g: Graph) -> Adjacency:
-    """The graph's adjacency, built on first use and rebuilt when the graph changes (``Graph.state_key``)."""
+    """The graph's adjacency, built on first use and rebuilt when the graph changes (``Graph.state_key``);
+    large graphs also keep it on disk for the next process."""
     key = g.state_key()
     with _LOCK:
         adj = _CACHE.get(key)
@@ -203,7 +252,13 @@ def adjacency_for(g: Graph) -> Adjacency:
             return adj
         for k in [k for k in _CACHE if k[0] == key[0]]:  # an older state of the same graph
             del _CACHE[k]
-        adj = _CACHE[key] = Adjacency.build(g)
+        d = _disk_dir(g, key)
+        adj = _load(d) if d.exists() else None
+        if adj is None:
+            adj = Adjacency.build(g)
+            if len(adj.out_dst) >= PERSIST_MIN_TRIPLES:
+                _save(adj, d)
+        _CACHE[key] = adj
         while len(_CACHE) > _MAX_GRAPHS:
             _CACHE.popitem(last=False)
         return adj
