@@ -10,13 +10,16 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
 
 from bencao.errors import BencaoError
 from bencao.io import atomic_write_json
 from bencao.text import has_cjk, norm_key, tokenize
+
+if TYPE_CHECKING:
+    from bencao.retrieval.index.items import Item
 
 _ASCII_WORD = re.compile(r"^[a-z]+$")
 _CJK_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]{2,}")
@@ -68,7 +71,7 @@ _QUERY_STOPWORDS = _stopwords()
 COMMON_DF = 0.02
 
 
-def analyze_items(items: Iterable[Any], memo: dict[str, list[str]] | None = None) -> list[list[str]]:
+def analyze_items(items: "Iterable[Item]", memo: dict[str, list[str]] | None = None) -> list[list[str]]:
     """:func:`analyze` of each item's ``lex`` text; an item with ``lex_parts`` gets the tokens of its
     parts, each distinct part analysed once (``memo`` may be shared between calls: entity names
     recur in the triples). Parts are separated by spaces, which neither jieba nor the CJK bigrams
@@ -78,7 +81,7 @@ def analyze_items(items: Iterable[Any], memo: dict[str, list[str]] | None = None
     memo = {} if memo is None else memo
     out: list[list[str]] = []
     for it in items:
-        parts = getattr(it, "lex_parts", None)
+        parts = it.lex_parts
         if not parts:
             out.append(analyze(it.lex))
             continue
@@ -146,36 +149,34 @@ class LexicalIndex:
         tids = np.array([vocab[t] for t in content if t in vocab], dtype=np.int64)
         if not len(tids):
             return []
-        if getattr(self.bm25, "nonoccurrence_array", None) is not None:  # BM25L/BM25+: every document scores
-            docs = np.arange(len(self.ids))
-            sc = self.scores(list(toks)).astype(np.float64)
+        # LexicalIndex.build makes bm25s' default (Lucene) variant: a document's score is the sum of
+        # its query tokens' precomputed entries, and a document without any of them scores 0
+        sm = self.bm25.scores
+        indptr, indices, data = sm["indptr"], sm["indices"], sm["data"]
+        starts, ends = indptr[tids], indptr[tids + 1]
+        if not int((ends - starts).sum()):
+            return []
+        # common terms (Lucene's high-frequency cutoff): a token in more than COMMON_DF of the
+        # documents ("treat" in every `treats` triple) only adds its score to documents that
+        # match a rarer token, so it costs a lookup per candidate, not a pass over its postings
+        common = (ends - starts) > max(COMMON_DF * len(self.ids), 1000)
+        if common.all():
+            common[:] = False
+        rare = list(zip(starts[~common].tolist(), ends[~common].tolist()))
+        post = np.concatenate([indices[a:b] for a, b in rare])
+        vals = np.concatenate([data[a:b] for a, b in rare]).astype(np.float64)
+        if len(post) * 8 < len(self.ids):
+            docs, inv = np.unique(post, return_inverse=True)
+            sc = np.bincount(inv, weights=vals)
         else:
-            sm = self.bm25.scores
-            indptr, indices, data = sm["indptr"], sm["indices"], sm["data"]
-            starts, ends = indptr[tids], indptr[tids + 1]
-            if not int((ends - starts).sum()):
-                return []
-            # common terms (Lucene's high-frequency cutoff): a token in more than COMMON_DF of the
-            # documents ("treat" in every `treats` triple) only adds its score to documents that
-            # match a rarer token, so it costs a lookup per candidate, not a pass over its postings
-            common = (ends - starts) > max(COMMON_DF * len(self.ids), 1000)
-            if common.all():
-                common[:] = False
-            rare = [(a, b) for a, b in zip(starts[~common].tolist(), ends[~common].tolist())]
-            post = np.concatenate([indices[a:b] for a, b in rare])
-            vals = np.concatenate([data[a:b] for a, b in rare]).astype(np.float64)
-            if len(post) * 8 < len(self.ids):
-                docs, inv = np.unique(post, return_inverse=True)
-                sc = np.bincount(inv, weights=vals)
-            else:
-                full = np.bincount(post, weights=vals, minlength=len(self.ids))
-                docs = np.flatnonzero(full)
-                sc = full[docs]
-            for a, b in zip(starts[common].tolist(), ends[common].tolist()):
-                col = indices[a:b]  # ascending document numbers
-                pos = np.minimum(np.searchsorted(col, docs), len(col) - 1)
-                hit = col[pos] == docs
-                sc[hit] += data[a:b][pos[hit]]
+            full = np.bincount(post, weights=vals, minlength=len(self.ids))
+            docs = np.flatnonzero(full)
+            sc = full[docs]
+        for a, b in zip(starts[common].tolist(), ends[common].tolist()):
+            col = indices[a:b]  # ascending document numbers
+            pos = np.minimum(np.searchsorted(col, docs), len(col) - 1)
+            hit = col[pos] == docs
+            sc[hit] += data[a:b][pos[hit]]
         keep = (sc > 0) & (docs < len(self.ids))
         docs, sc = docs[keep], sc[keep]
         if len(docs) > max(k, 4096):
