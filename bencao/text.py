@@ -95,7 +95,12 @@ def cjk_ratio(text: str) -> float:
 
 def lang_of(text: str) -> str:
     """'zh' when a fifth or more of the characters are CJK, else 'en'."""
-    return "zh" if cjk_ratio(text) >= 0.2 else "en"
+    return lang_of_counts(*cjk_counts(text))
+
+
+def lang_of_counts(cjk: int, chars: int) -> str:
+    """:func:`lang_of` from :func:`cjk_counts` (counts of two texts add up to their concatenation's)."""
+    return "zh" if chars and cjk / chars >= 0.2 else "en"
 
 
 @functools.lru_cache(maxsize=1)
