@@ -123,15 +123,6 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
     return [p for p in paths if None not in p.triple_ids]
 
 
-def local_subgraph_edges(g: Graph, nodes: set[str], neighbour_limit: int = 30) -> tuple[set[str], list[tuple[str, str, float]]]:
-    """Path entities plus up to ``neighbour_limit`` one-hop neighbours each; edges among them."""
-    adj = adjacency_for(g)
-    sub = adj.neighbourhood(nodes, neighbour_limit)
-    h, t, w = adj.edges_among(sub)
-    ids = adj.ids
-    return set(nodes) | {ids[i] for i in sub.tolist()}, [(ids[a], ids[b], float(c)) for a, b, c in zip(h.tolist(), t.tolist(), w.tolist())]
-
-
 def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_limit: int = 30) -> dict[str, float]:
     """Fill ``score``/``confidence_product``/``pagerank`` of each path; returns the PageRank used.
 
