@@ -118,6 +118,16 @@ def _env():
     return env
 
 
+def _accelerate_sft(tmp_path, recipe: str, accelerate_config: str, overrides: list[str]) -> None:
+    """`bencao train sft` on 2 processes through accelerate with the given recipe YAML; must exit 0."""
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text(recipe, encoding="utf-8")
+    cmd = [sys.executable, "-m", "bencao.cli", "train", "sft", "--config", str(cfg), "--accelerate-config", accelerate_config,
+           "--num-processes", "2", *overrides]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
 @pytest.mark.distributed
 def test_torchrun_two_processes_gloo(tiny_qwen, sft_data, tmp_path):
     out = tmp_path / "ddp"
@@ -134,12 +144,8 @@ def test_torchrun_two_processes_gloo(tiny_qwen, sft_data, tmp_path):
 @pytest.mark.distributed
 def test_accelerate_launch_deepspeed_zero2(tiny_qwen, sft_data, tmp_path):
     out = tmp_path / "z2"
-    cfg = tmp_path / "r.yaml"
-    cfg.write_text("deepspeed: configs/deepspeed/ds_z2.json\nuse_peft: true\nmax_steps: 3\nsave_steps: 100\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "bencao.cli", "train", "sft", "--config", str(cfg), "--accelerate-config", "zero2",
-           "--num-processes", "2", *sft_overrides(tiny_qwen, sft_data, out)]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _accelerate_sft(tmp_path, "deepspeed: configs/deepspeed/ds_z2.json\nuse_peft: true\nmax_steps: 3\nsave_steps: 100\n", "zero2",
+                    sft_overrides(tiny_qwen, sft_data, out))
     summary = json.loads((out / "bencao_training.json").read_text())
     assert summary["hyperparameters"]["world_size"] == 2
     assert summary["hyperparameters"]["deepspeed"].endswith("ds_z2.json")
@@ -155,12 +161,8 @@ def test_accelerate_launch_zero3_lora_saves_a_full_adapter_and_full_model_export
     from bencao.training.export import export
 
     out = tmp_path / "z3"
-    cfg = tmp_path / "r.yaml"
-    cfg.write_text("use_peft: true\nmax_steps: 2\nsave_steps: 100\n", encoding="utf-8")
-    cmd = [sys.executable, "-m", "bencao.cli", "train", "sft", "--config", str(cfg), "--accelerate-config", "zero3",
-           "--num-processes", "2", *sft_overrides(tiny_qwen, sft_data, out), "deepspeed=configs/deepspeed/ds_z3.json"]
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    _accelerate_sft(tmp_path, "use_peft: true\nmax_steps: 2\nsave_steps: 100\n", "zero3",
+                    [*sft_overrides(tiny_qwen, sft_data, out), "deepspeed=configs/deepspeed/ds_z3.json"])
     with safe_open(str(out / "adapter_model.safetensors"), framework="pt") as fh:
         shapes = [fh.get_slice(k).get_shape() for k in fh.keys()]
     assert shapes and all(0 not in s for s in shapes)
