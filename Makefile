@@ -49,11 +49,11 @@ test-all: $(VENV)/.installed-dev
 DEV ?= ../shared/data/dev
 EVAL_SYSTEM ?= llm-free
 EVAL_OUT ?= out/eval
-EVAL_RETRIEVAL ?= configs/retrieval/default.yaml
+EVAL_CONFIG ?= configs/serving/default.yaml
 eval: $(VENV)/.installed-dev
 	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
 	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
-		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --system $(EVAL_SYSTEM) --out $(EVAL_OUT) --set retrieval_config=$(EVAL_RETRIEVAL); \
+		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --config $(EVAL_CONFIG) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
 	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
 
 # Scale and speed figures at 1 % of TCM-DiffRAG's size (a few minutes), appended to bench/RESULTS.md.

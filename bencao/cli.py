@@ -37,15 +37,27 @@ def version() -> None:
     typer.echo(__version__)
 
 
-def _mount() -> None:
-    from bencao.retrieval.cli import graph_app
+#: Where each command lives: (module, its Typer app, the group it is mounted as; None = top-level commands).
+COMMANDS: tuple[tuple[str, str, str | None], ...] = (
+    ("bencao.retrieval.cli", "graph_app", "graph"),  # graph build|index|add|remove|stats|formats|export|confidence|complete ...
+    ("bencao.retrieval.cli_search", "app", None),  # link
+    ("bencao.serving.cli", "app", None),  # ask, serve, infer
+    ("bencao.evaluation.cli", "app", None),  # eval
+    ("bencao.data_gen.cli", "data_app", "data"),  # data extract|cot|pairs|negatives
+    ("bencao.training.cli", "train_app", "train"),  # train sft|embedder|plan
+    ("bencao.training.cli", "export_app", None),  # export
+)
 
-    app.add_typer(graph_app, name="graph")
-    app.add_typer(__import__("bencao.retrieval.cli_search", fromlist=["search_app"]).search_app)  # link, ask
-    app.command("eval")(__import__("bencao.evaluation.cli", fromlist=["eval_command"]).eval_command)
-    app.add_typer(__import__("bencao.serving.cli", fromlist=["serving_app"]).serving_app)  # serve, infer
-    __import__("bencao.training.cli", fromlist=["mount"]).mount(app)  # train sft|embedder|plan, export
-    app.add_typer(__import__("bencao.data_gen.cli", fromlist=["data_app"]).data_app, name="data")
+
+def _mount() -> None:
+    import importlib
+
+    for module, attr, group in COMMANDS:
+        sub = getattr(importlib.import_module(module), attr)
+        if group:
+            app.add_typer(sub, name=group)
+        else:
+            app.add_typer(sub)
 
 
 _mount()

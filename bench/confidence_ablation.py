@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 with sqlite3.connect(g / "graph.sqlite") as conn:
                     conn.execute("UPDATE triples SET confidence = 1.0")
         eval_args = ["eval", "--graph", str(g), "--system", "llm-free", "--out", str(out / "eval" / arm),
-                     "--set", f"retrieval_config={args.retrieval_config}"]
+                     "--set", f"retrieval={args.retrieval_config}"]
         for b in args.bench:
             eval_args += ["--bench", b]
         bencao(*eval_args)

@@ -320,7 +320,7 @@ def pagerank_vs_networkx(g, r, questions: list[str]) -> dict[str, Any]:
     ours, theirs, sizes, same_rank, max_diff = [], [], [], 0, 0.0
     n = 0
     for q in questions:
-        linked = [e["id"] for e in r.link_entities(q, [])][:8]
+        linked = [e.id for e in r.link_entities(q, [])][:8]
         if not linked:
             continue
         paths = enumerate_paths(g, linked, graph_patterns(g, p.max_hops, p.n_patterns), max_hops=p.max_hops, max_paths=p.max_paths,

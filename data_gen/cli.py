@@ -30,10 +30,10 @@ def cot_command(
 ) -> None:
     """Chain-of-thought distillation: question → reasoning and question → CoT triples, split by entity."""
     from bencao.config import load_config
-    from bencao.data_gen.cot import CotConfig, run_cot
+    from bencao.data_gen.cot import CotDistillConfig, run_cot
 
     ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("input", input), ("teacher", teacher), ("output", output)) if v]
-    _echo(run_cot(load_config(CotConfig, config, ov)))
+    _echo(run_cot(load_config(CotDistillConfig, config, ov)))
 
 
 @data_app.command("pairs")

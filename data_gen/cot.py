@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.config import field, to_dict
-from bencao.data_gen.grounding import Evidence, make_grounder, resolve_grounding
+from bencao.data_gen.grounding import Grounding, make_grounder, resolve_grounding
 from bencao.data_gen.kg_paths import PathFinder, path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
 from bencao.data_gen.ledger import Ledger
@@ -56,7 +56,7 @@ class PathConfig:
 
 
 @dataclass
-class CotConfig:
+class CotDistillConfig:
     graph: str = field("graphs/sample", help="Graph directory (read; the llm teacher also writes the personalized layer).")
     input: str = field("", help="Questions with gold answers: benchmark JSONL (mcq/sd) or {question, answer} lines.")
     output: str = field("out/cot", help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, ledger, cache, logs.")
@@ -93,7 +93,7 @@ def answers_match(item: QAItem, predicted: Any) -> bool:
 
 
 class LLMTeacher:
-    def __init__(self, cfg: CotConfig, graph: Any, client: LLMClient, ledger: Ledger):
+    def __init__(self, cfg: CotDistillConfig, graph: Any, client: LLMClient, ledger: Ledger):
         self.cfg, self.graph = cfg, graph
         self.name = f"llm:{client.model}"
         self.model = client.model
@@ -112,7 +112,7 @@ class LLMTeacher:
             return Skip(f"{step}_{res.kind}", res.error or "")
         return res.value
 
-    def evidence(self, item: QAItem, query_triples: list[dict[str, Any]]) -> Evidence:
+    def evidence(self, item: QAItem, query_triples: list[dict[str, Any]]) -> Grounding:
         ev = self.ground(item.question, query_triples)
         with self.lock:
             lp = link_and_find_paths(item, self.linker, self.finder, self.settings)
@@ -161,7 +161,7 @@ class LLMTeacher:
                                 entities=list(dict.fromkeys(ans_ents + eids)), triple_ids=tids, split_key=split_key))
 
 
-def run_cot(cfg: CotConfig, client: LLMClient | None = None) -> dict[str, Any]:
+def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str, Any]:
     """Run the whole step; returns the summary (also written to ``<output>/cot.summary.json``)."""
     from bencao.data_gen.dataset import split_by_group, write_dataset
     from bencao.errors import ConfigError

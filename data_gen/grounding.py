@@ -1,6 +1,6 @@
-"""Evidence that grounds the LLM teacher's reasoning (TCM-DiffRAG §2.2.2), behind one small function.
+"""Grounding that grounds the LLM teacher's reasoning (TCM-DiffRAG §2.2.2), behind one small function.
 
-``make_grounder(name, graph, ...)`` returns ``ground(question, query_triples) -> Evidence``:
+``make_grounder(name, graph, ...)`` returns ``ground(question, query_triples) -> Grounding``:
 
 - ``retriever``: the retrieval package's :class:`~bencao.retrieval.search.Retriever` (micro: query
   triples → nearest graph triples → their snippets; macro: question → snippets and sections;
@@ -21,12 +21,13 @@ from typing import Any, Callable
 
 from bencao.data_gen.linking import AliasLinker
 from bencao.errors import ConfigError
+from bencao.retrieval.evidence import GENERATED_KINDS
 from bencao.retrieval.graph.store import Graph
 from bencao.text import tokenize
 
 
 @dataclass
-class Evidence:
+class Grounding:
     triples: list[dict[str, Any]] = field(default_factory=list)  # graph triple rows (head, relation, tail, id, confidence)
     snippets: list[dict[str, Any]] = field(default_factory=list)  # {"id", "text", "source"}
 
@@ -34,7 +35,7 @@ class Evidence:
 #: Layers never used as evidence (the teacher's own earlier output).
 EXCLUDED_LAYERS = ("personal",)
 
-Grounder = Callable[[str, list[dict[str, Any]]], Evidence]
+Grounder = Callable[[str, list[dict[str, Any]]], Grounding]
 GROUNDERS: dict[str, Callable[..., Grounder]] = {}
 
 
@@ -86,8 +87,8 @@ def graph_grounder(graph: Graph, *, linker: AliasLinker | None = None, k_triples
         bm25 = bm25s.BM25()
         bm25.index([tokenize(s["text"]) or ["∅"] for s in snips], show_progress=False)
 
-    def ground(question: str, query_triples: list[dict[str, Any]]) -> Evidence:
-        ev = Evidence()
+    def ground(question: str, query_triples: list[dict[str, Any]]) -> Grounding:
+        ev = Grounding()
         with lock:
             scored: dict[str, tuple[float, dict[str, Any]]] = {}
             for qt in query_triples:
@@ -124,37 +125,31 @@ def graph_grounder(graph: Graph, *, linker: AliasLinker | None = None, k_triples
 def retriever_grounder(graph: Graph, *, k_triples: int = 8, k_snippets: int = 3, max_snippet_chars: int = 400,
                        lock: threading.Lock | None = None, retrieval_config: str | None = None,
                        retrieval_overrides: list[str] | tuple[str, ...] = (), **_: Any) -> Grounder:
-    """Evidence from :class:`~bencao.retrieval.search.Retriever`: its best ``k_triples`` graph triples (personal
+    """Grounding from :class:`~bencao.retrieval.search.Retriever`: its best ``k_triples`` graph triples (personal
     layer excluded), one source snippet of each, then ``k_snippets`` more of its snippets by score."""
     from bencao.retrieval.search import Retriever
     from bencao.retrieval.search.retriever import MAX_QUESTION_CHARS
 
     lock = lock or threading.Lock()
     retriever = Retriever.from_config(graph, retrieval_config, tuple(retrieval_overrides))
-    kinds: dict[str, str] = {}
 
-    def is_teacher_text(snippet_ids: list[str]) -> set[str]:
-        rows = graph.get_snippets(snippet_ids)
-        for r in rows.values():
-            if r["document_id"] not in kinds:
-                doc = graph.get_document(r["document_id"])
-                kinds[r["document_id"]] = doc["kind"] if doc else ""
-        return {sid for sid, r in rows.items() if kinds[r["document_id"]] == "reasoning"}
-
-    def ground(question: str, query_triples: list[dict[str, Any]]) -> Evidence:
+    def ground(question: str, query_triples: list[dict[str, Any]]) -> Grounding:
         qt = [(str(t.get("head", "")), str(t.get("relation", "")), str(t.get("tail", ""))) for t in query_triples]
         qt = [t for t in qt if t[0] and t[2]]
         with lock:
             ev = retriever.retrieve(question[:MAX_QUESTION_CHARS], query_triples=qt or None)
-            triples = [t for t in ev.triples if t.get("layer") not in EXCLUDED_LAYERS][:k_triples]
-            texts = {s["id"]: s for s in ev.snippets}
-            texts.update(graph.get_snippets(sid for t in triples for sid in t.get("snippet_ids") or [] if sid not in texts))
-            banned = is_teacher_text(list(texts))
-        # one source snippet per triple: its first that is book text, not an earlier reasoning (M2)
-        of_triples = [next((sid for sid in t.get("snippet_ids") or [] if sid not in banned and sid in texts), None) for t in triples]
+            triples = [t for t in ev.triples if t.layer not in EXCLUDED_LAYERS][:k_triples]
+            texts = {s.id: {"text": s.text, "path": s.path, "document_title": s.document, "document_kind": s.document_kind}
+                     for s in ev.snippets}
+            texts.update(graph.get_snippets(sid for t in triples for sid in t.snippet_ids if sid not in texts))
+        # teacher text (reasoning documents, M2) never grounds new reasoning
+        banned = {sid for sid, r in texts.items() if r.get("document_kind") in GENERATED_KINDS}
+        # one source snippet per triple: its first that is book text, not an earlier reasoning
+        of_triples = [next((sid for sid in t.snippet_ids if sid not in banned and sid in texts), None) for t in triples]
         keep = list(dict.fromkeys(sid for sid in of_triples if sid))
-        keep += [s["id"] for s in ev.snippets if s["id"] not in banned and s["id"] not in keep][:k_snippets]
-        return Evidence(triples=[{k: t.get(k) for k in ("id", "head", "relation", "tail", "confidence", "layer")} for t in triples],
-                        snippets=[{"id": sid, "text": texts[sid]["text"][:max_snippet_chars], "source": _source(texts[sid])} for sid in keep])
+        keep += [s.id for s in ev.snippets if s.id not in banned and s.id not in keep][:k_snippets]
+        return Grounding(triples=[{"id": t.id, "head": t.head, "relation": t.relation, "tail": t.tail, "confidence": t.confidence,
+                                   "layer": t.layer} for t in triples],
+                         snippets=[{"id": sid, "text": texts[sid]["text"][:max_snippet_chars], "source": _source(texts[sid])} for sid in keep])
 
     return ground

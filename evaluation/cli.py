@@ -1,4 +1,4 @@
-"""``bencao eval``: run a system over benchmark files and write metrics, predictions and a report."""
+"""``bencao eval``: run the answering pipeline over benchmark files and write metrics, predictions and a report."""
 
 from __future__ import annotations
 
@@ -7,25 +7,33 @@ from typing import List, Optional
 
 import typer
 
+app = typer.Typer()
 
+
+@app.command("eval")
 def eval_command(
     bench: List[Path] = typer.Option(..., "--bench", "-b", help="Benchmark JSONL file (repeatable)."),
-    system: str = typer.Option("llm-free", "--system", "-s", help="System under test: llm-free | llm | retrieval | random."),
-    graph: Optional[Path] = typer.Option(None, "--graph", "-g", help="Graph directory (llm-free, retrieval, llm with retrieval)."),
+    graph: Optional[Path] = typer.Option(None, "--graph", "-g", help="Graph directory."),
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory: metrics.json, report.md, metrics.png, predictions.jsonl."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Evaluation settings (YAML, keys as in EvalConfig)."),
-    overrides: List[str] = typer.Option([], "--set", help="key=value override of a setting (repeatable), e.g. llm.model=/models/qwen."),
-    no_retrieval: bool = typer.Option(False, "--no-retrieval", help="llm system: closed book, no evidence in the prompt."),
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Serving recipe YAML: eval runs exactly the pipeline `bencao serve "
+                                                                       "--config` runs (retrieval, LLM stages, answerer; eval.* settings)."),
+    overrides: List[str] = typer.Option([], "--set", "-s", help="key=value override of the recipe (repeatable), e.g. linking.tau=0.6, "
+                                                               "generator.model=/models/qwen, eval.n_resamples=200."),
+    system: Optional[str] = typer.Option(None, "--system", help="Preset of the pipeline: pipeline (the recipe as given; default) | "
+                                                                "llm-free | llm | cot+llm-free | cot+llm | retrieval | random."),
+    llm: Optional[str] = typer.Option(None, "--llm", help="Generator LLM: MODEL@URL, URL or a local model path (sets generator.*)."),
+    cot: Optional[str] = typer.Option(None, "--cot", help="CoT model: MODEL@URL, URL or a local model path (sets cot.llm.*)."),
+    no_retrieval: bool = typer.Option(False, "--no-retrieval", help="Closed book: the generator answers without evidence."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N records of each benchmark."),
     restart: bool = typer.Option(False, "--restart", help="Discard the predictions already in --out instead of resuming."),
     check: bool = typer.Option(False, "--check", help="Only validate the benchmark files and print their sizes."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Evaluate a system on benchmark files (resumable: rerun the same command to continue)."""
-    from bencao.config import load_config
+    """Evaluate the answering pipeline on benchmark files (resumable: rerun the same command to continue)."""
     from bencao.errors import BencaoError
     from bencao.evaluation.bench_format import load_benches
-    from bencao.evaluation.systems import EvalConfig
+    from bencao.evaluation.systems import system_overrides
+    from bencao.serving.cli import load_config
 
     benches = load_benches(bench)
     if check:
@@ -35,15 +43,17 @@ def eval_command(
         return
     if out is None:
         raise BencaoError("--out DIR is required (unless --check)")
-    cfg = load_config(EvalConfig, config, list(overrides) + (["no_retrieval=true"] if no_retrieval else []))
+    name = system or "pipeline"
+    extra = system_overrides(name) + (["answer.closed_book=true"] if no_retrieval else [])
+    cfg = load_config(config, [*extra, *overrides], llm, cot)
     from bencao.evaluation.runner import evaluate
 
-    metrics = evaluate(benches, system, graph, out, cfg, limit=limit, restart=restart, progress=progress)
+    metrics = evaluate(benches, name, graph, out, cfg, limit=limit, restart=restart, progress=progress)
     from bencao.evaluation.metrics import MAIN_METRIC
     from bencao.evaluation.report import fmt
 
-    for name, m in metrics.items():
+    for bname, m in metrics.items():
         main = MAIN_METRIC[m["task"]]
         key = main if main in m else "evidence_contains_gold"
-        typer.echo(f"{name}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}")
+        typer.echo(f"{bname}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}")
     typer.echo(f"wrote {out / 'metrics.json'}, {out / 'report.md'}, {out / 'predictions.jsonl'}")

@@ -28,8 +28,9 @@ RUN = "run.json"
 
 def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> dict[str, Any]:
     cfg = dataclasses.asdict(config)
-    for k in ("n_resamples", "batch_size"):  # scoring/throughput knobs: changing them keeps predictions valid
+    for k in ("api", "infer", "model_name"):  # other front ends' settings: they do not change a prediction
         cfg.pop(k, None)
+    cfg["eval"] = {"seed": config.eval.seed}  # n_resamples, batch_size: scoring/throughput knobs keep predictions valid
     return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg}
 
 
@@ -90,7 +91,7 @@ def run_predictions(
                 else:
                     todo.append((b, r))
         bar = tqdm(total=len(todo), desc=f"eval {system_name}", unit="rec", disable=not progress)
-        step = max(1, config.batch_size)
+        step = max(1, config.eval.batch_size)
         try:
             for i in range(0, len(todo), step):
                 chunk = todo[i:i + step]
@@ -146,7 +147,7 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
         if not recs:
             continue
         answers = any(p is not None for p in ps)
-        m = aggregate(recs, ps, ev, answers=answers, n_resamples=config.n_resamples, seed=config.seed)
+        m = aggregate(recs, ps, ev, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed)
         missing = len(b.records) - len(recs)
         if missing:
             m["missing"] = missing

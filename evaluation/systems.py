@@ -1,19 +1,20 @@
-"""Systems under test, registered by name.
+"""Systems under test: the answering pipeline, as configured, and a chance baseline.
 
-A system turns one benchmark record into a :class:`Output`: the prediction the metrics read (see
-:mod:`bencao.evaluation.metrics` for its keys per task), the ids of the evidence it used and the
-evidence text (for ``evidence_contains_gold``). Systems:
+``bencao eval --config SERVING.yaml`` evaluates exactly the pipeline ``bencao serve --config
+SERVING.yaml`` runs (:class:`PipelineSystem`), so a benchmark figure is a figure of what is served.
+The ``--system`` names are presets of that one pipeline (overrides applied to the config), not
+other code paths:
 
-- ``llm-free``: the graph-grounded answerer (retrieval + option/claim/candidate scoring), the entity
-  linker for ``el``;
-- ``retrieval``: evidence only (retrieval metrics), the entity linker for ``el``;
-- ``llm``: a generator through the LLM client, with retrieved evidence in the prompt, or closed book
-  with ``no_retrieval``;
-- ``random``: a seeded chance baseline (no graph), the floor every other system must clear.
+- ``pipeline`` (default): the config as given;
+- ``llm-free``: ``answerer=graph`` — the graph-grounded answerer scores options, claims, candidates;
+- ``llm``: ``answerer=generator`` — needs a ``generator`` block (``--set generator.base_url=...``);
+  closed book with ``--no-retrieval`` (``answer.closed_book=true``);
+- ``cot+llm-free``, ``cot+llm``: the same with the CoT model driving micro retrieval (needs ``cot.llm``);
+- ``retrieval``: ``answerer=none`` — evidence only (``evidence_contains_gold``);
+- ``random``: a seeded chance baseline (no graph, no pipeline), the floor every system must clear.
 
-Add one with ``@register_system("name", tasks=(...), description=...)`` on a class taking
-``(graph_dir, config, out_dir)`` and providing ``predict_batch(records) -> list[Output | Exception]``
-(an exception in a slot is a failed record: not written, retried when the run resumes).
+``el`` records are linked by the pipeline's entity linker (the retrieval recipe's ``linking``
+block: rules or the LLM selector / scorer / synonym stages).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field as dc_field
 from pathlib import Path
 from typing import Any, Callable
 
-from bencao.config import field
-from bencao.errors import BencaoError
-from bencao.llm.base import LLMConfig
+from bencao.errors import BencaoError, ConfigError
+from bencao.serving.config import ServeConfig
+
+#: Evaluation reads the serving recipe: one config class for every front end.
+EvalConfig = ServeConfig
 
 
 @dataclass
@@ -39,36 +42,27 @@ class Output:
 
 
 @dataclass
-class EvalConfig:
-    """Settings of one evaluation run (``--config FILE`` and ``--set key=value``)."""
-
-    retrieval_config: str | None = field(None, help="Retrieval recipe (YAML) passed to Retriever.from_config; default: the retriever's defaults.")
-    retrieval_overrides: list[str] = field(default_factory=list, help="key=value overrides for the retrieval recipe (e.g. linking.tau=0.6 for el).")
-    no_retrieval: bool = field(False, help="llm system: closed book (no evidence in the prompt).")
-    evidence_max_chars: int = field(6000, help="llm system: longest evidence text put in a prompt (characters).")
-    batch_size: int = field(8, help="Records handed to a system at once (the llm system sends them as one batch).")
-    seed: int = field(0, help="Seed of the random baseline and of the bootstrap resampling.")
-    n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
-    llm: LLMConfig = field(default_factory=LLMConfig, help="llm system: the LLM client (backend, model, base_url, temperature, cache, ...); cache defaults to <out>/llm_cache.sqlite.")
-
-
-@dataclass
 class SystemSpec:
     name: str
     factory: Callable[..., Any]
     tasks: tuple[str, ...]
     answers: bool
     description: str
+    overrides: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()  # config blocks that must be set (generator, cot.llm)
+    needs_graph: bool = False
 
 
 SYSTEMS: dict[str, SystemSpec] = {}
+ALL_TASKS = ("mcq", "sd", "tf", "rec", "qa", "el")
 
 
-def register_system(name: str, *, tasks: tuple[str, ...], answers: bool = True, description: str) -> Callable[[type], type]:
+def register_system(name: str, *, tasks: tuple[str, ...], answers: bool = True, description: str,
+                    overrides: tuple[str, ...] = (), needs: tuple[str, ...] = (), needs_graph: bool = False) -> Callable[[type], type]:
     def deco(cls: type) -> type:
         if not callable(getattr(cls, "predict_batch", None)):
             raise TypeError(f"system {name!r}: {cls.__name__} has no predict_batch")
-        SYSTEMS[name] = SystemSpec(name, cls, tasks, answers, description)
+        SYSTEMS[name] = SystemSpec(name, cls, tasks, answers, description, overrides, needs, needs_graph)
         return cls
 
     return deco
@@ -80,7 +74,21 @@ def get_system(name: str) -> SystemSpec:
     return SYSTEMS[name]
 
 
-def make_system(name: str, graph_dir: str | Path | None, config: EvalConfig, tasks: set[str] | None = None,
+def system_overrides(name: str) -> list[str]:
+    """The overrides a preset applies to the serving config."""
+    return list(get_system(name).overrides)
+
+
+def check_needs(name: str, config: ServeConfig) -> None:
+    for need in get_system(name).needs:
+        if need == "generator" and config.generator is None:
+            raise ConfigError(f"system {name!r} needs a generator LLM: --config a serving recipe with a generator block, or "
+                              "--set generator.backend=openai --set generator.base_url=URL --set generator.model=NAME (or --llm)")
+        if need == "cot" and config.cot.llm is None:
+            raise ConfigError(f"system {name!r} needs a CoT model: cot.llm in the serving recipe, or --cot MODEL@URL / --cot PATH")
+
+
+def make_system(name: str, graph_dir: str | Path | None, config: ServeConfig, tasks: set[str] | None = None,
                 out_dir: str | Path | None = None) -> Any:
     """Build a system, after checking it can run every task asked of it. ``out_dir`` holds its caches."""
     spec = get_system(name)
@@ -88,52 +96,10 @@ def make_system(name: str, graph_dir: str | Path | None, config: EvalConfig, tas
         bad = sorted(t for t in tasks if t not in spec.tasks)
         if bad:
             raise BencaoError(f"system {name!r} cannot run task(s) {', '.join(bad)}; it runs: {', '.join(spec.tasks)}")
+    if spec.needs_graph and (graph_dir is not None or not config.answer.closed_book or "el" in (tasks or set())):
+        _require_graph(graph_dir, name)
+    check_needs(name, config)
     return spec.factory(graph_dir, config, Path(out_dir) if out_dir else None)
-
-
-# ----------------------------------------------------------------------------- evidence helpers
-
-
-_ID_KINDS = {"snippets": "snippet_ids", "triples": "triple_ids", "entities": "entity_ids", "paths": "path_ids",
-             "sections": "section_ids"}
-
-
-def evidence_ids(evidence: Any) -> dict[str, list[str]]:
-    """Ids of the snippets, triples, entities (and paths/sections) an Evidence value carries."""
-    data = evidence.to_dict() if hasattr(evidence, "to_dict") else (evidence or {})
-    out: dict[str, list[str]] = {}
-    if not isinstance(data, dict):
-        return out
-    for key, name in _ID_KINDS.items():
-        items = data.get(key) or []
-        ids: list[str] = []
-        for it in items:
-            if isinstance(it, dict):
-                rid = it.get("id") or it.get(key[:-1] + "_id")
-            else:
-                rid = it if isinstance(it, str) else None
-            if rid and str(rid) not in ids:
-                ids.append(str(rid))
-        if ids:
-            out[name] = ids
-    return out
-
-
-def evidence_text(evidence: Any) -> str:
-    if evidence is None:
-        return ""
-    if hasattr(evidence, "text"):
-        return evidence.text() if callable(evidence.text) else str(evidence.text)
-    return str(evidence)
-
-
-def _requires(module: str, what: str) -> Any:
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as exc:
-        raise BencaoError(f"{what} needs {module}, which cannot be imported here: {exc}") from None
 
 
 def _require_graph(graph_dir: str | Path | None, system: str) -> Path:
@@ -152,8 +118,8 @@ def _require_graph(graph_dir: str | Path | None, system: str) -> Path:
 class RandomSystem:
     """Uniform random answers, seeded per record id so a resumed run answers the same."""
 
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
-        self.seed = config.seed
+    def __init__(self, graph_dir: str | Path | None, config: ServeConfig, out_dir: Path | None = None):
+        self.seed = config.eval.seed
 
     def predict_one(self, rec: dict[str, Any]) -> Output:
         rng = random.Random(f"{self.seed}:{rec['task']}:{rec['id']}")
@@ -164,7 +130,7 @@ class RandomSystem:
             return Output({"answer": ranking[:len(rec["answer"]) if task == "mcq" else 1], "ranking": ranking, "abstained": False})
         if task == "tf":
             return Output({"answer": rng.random() < 0.5, "abstained": False})
-        ranking = list(rec["candidates"])
+        ranking = list(rec.get("candidates") or [])
         rng.shuffle(ranking)
         return Output({"ranking": ranking, "selected": ranking[: (len(ranking) + 1) // 2], "abstained": False})
 
@@ -172,144 +138,58 @@ class RandomSystem:
         return [self.predict_one(r) for r in records]
 
 
-class _GraphSystem:
-    """Shared by the systems that read a graph: a Retriever and, for el, an EntityLinker."""
+class PipelineSystem:
+    """The answering pipeline (``bencao.serving.pipeline.AnswerPipeline``) over a graph, as configured."""
 
-    name = "graph"
+    name = "pipeline"
 
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
-        self.graph_dir = _require_graph(graph_dir, self.name)
+    def __init__(self, graph_dir: str | Path | None, config: ServeConfig, out_dir: Path | None = None):
+        from bencao.serving.pipeline import AnswerPipeline
+
         self.config = config
-        self._retriever: Any = None
-
-    @property
-    def retriever(self) -> Any:
-        if self._retriever is None:
-            search = _requires("bencao.retrieval.search", f"system {self.name!r}")
-            self._retriever = search.Retriever.from_config(self.graph_dir, self.config.retrieval_config,
-                                                           tuple(self.config.retrieval_overrides))
-        return self._retriever
-
-    @property
-    def linker(self) -> Any:
-        """The retriever's own entity linker (configured by the retrieval recipe's ``linking`` block)."""
-        return self.retriever.linker
+        # closed book (answer.closed_book) runs without a graph unless el records need the linker
+        self.pipeline = AnswerPipeline(Path(graph_dir) if graph_dir is not None else None, config, cache_dir=out_dir)
 
     def link(self, rec: dict[str, Any]) -> Output:
-        res = self.linker.link(rec["mention"])
-        cands = []
-        for c in list(getattr(res, "candidates", None) or [])[:10]:
-            cid = c.get("id") if isinstance(c, dict) else getattr(c, "id", c)
-            cands.append(str(cid))
-        pred = {
-            "chosen_id": res.chosen_id, "label": res.label, "confidence": res.confidence,
-            "abstained": bool(res.abstained) or not res.chosen_id, "retried": bool(res.retried),
-            "rationale": res.rationale, "candidates": cands,
-        }
+        res = self.pipeline.link(rec["mention"], rec.get("context"))
+        cands = [str(c.get("id")) for c in list(res.candidates or [])[:10]]
+        pred = {"chosen_id": res.chosen_id, "label": res.label, "confidence": res.confidence,
+                "abstained": bool(res.abstained) or not res.chosen_id, "retried": bool(res.retried), "rationale": res.rationale,
+                "candidates": cands, "first_pass": res.first_pass, "synonyms": res.synonyms}
         return Output(pred, {"entity_ids": cands})
 
-
-@register_system("llm-free", tasks=("mcq", "sd", "tf", "rec", "el"),
-                 description="Graph-grounded answerer: retrieval, then option/claim/candidate scoring from the evidence.")
-class GraphAnswererSystem(_GraphSystem):
-    name = "llm-free"
-
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
-        super().__init__(graph_dir, config, out_dir)
-        self._answerer: Any = None
-
-    @property
-    def answerer(self) -> Any:
-        if self._answerer is None:
-            mod = _requires("bencao.serving.graph_answerer", "system 'llm-free'")
-            self._answerer = mod.GraphAnswerer(self.retriever)
-        return self._answerer
-
-    def predict_one(self, rec: dict[str, Any]) -> Output:
-        task = rec["task"]
-        if task == "el":
-            return self.link(rec)
-        if task in ("mcq", "sd"):
-            res = self.answerer.answer_mcq(rec["question"], rec["options"])
-            pred = {"answer": list(res.get("answer") or []), "ranking": list(res.get("ranking") or []),
-                    "scores": res.get("scores"), "abstained": bool(res.get("abstained"))}
-        elif task == "tf":
-            res = self.answerer.answer_tf(rec["statement"])
-            pred = {"answer": res.get("answer"), "score": res.get("score"), "abstained": bool(res.get("abstained"))}
-        else:
-            res = self.answerer.rank_candidates(rec["query"], rec["candidates"])
-            pred = {"ranking": list(res.get("ranking") or []), "scores": res.get("scores"),
-                    "selected": list(res.get("selected") or []), "abstained": bool(res.get("abstained"))}
-        ev = res.get("evidence")
-        return Output(pred, evidence_ids(ev), evidence_text(ev))
-
-    def predict_batch(self, records: list[dict[str, Any]]) -> list[Output]:
-        return [self.predict_one(r) for r in records]
-
-
-@register_system("retrieval", tasks=("mcq", "sd", "tf", "rec", "el", "qa"), answers=False,
-                 description="Evidence only: retrieval metrics (evidence_contains_gold) and, for el, the linker.")
-class RetrievalSystem(_GraphSystem):
-    name = "retrieval"
-
-    def predict_one(self, rec: dict[str, Any]) -> Output:
-        from bencao.evaluation.bench_format import query_text
-
-        if rec["task"] == "el":
-            return self.link(rec)
-        options = list(rec["options"].values()) if rec["task"] in ("mcq", "sd") else (
-            list(rec["candidates"]) if rec["task"] == "rec" else None)
-        ev = self.retriever.retrieve(query_text(rec), options=options)
-        return Output(None, evidence_ids(ev), evidence_text(ev))
-
-    def predict_batch(self, records: list[dict[str, Any]]) -> list[Output]:
-        return [self.predict_one(r) for r in records]
-
-
-@register_system("llm", tasks=("mcq", "sd", "tf", "rec", "qa"),
-                 description="A generator LLM (endpoint or local model) prompted with the question, options and retrieved evidence; closed book with no_retrieval.")
-class LLMSystem(_GraphSystem):
-    """Prompts from :mod:`bencao.evaluation.llm_prompts`; replies parsed back into predictions.
-
-    Requests of a batch go out together (``complete_many``); a failed request leaves its record
-    unanswered, to be retried on resume. Replies are cached (``llm.cache``, default
-    ``<out>/llm_cache.sqlite``), so a rerun replays them without asking the model again.
-    """
-
-    name = "llm"
-
-    def __init__(self, graph_dir: str | Path | None, config: EvalConfig, out_dir: Path | None = None):
-        from bencao.llm import make_client
-
-        self.config = config
-        self.closed_book = config.no_retrieval
-        self._retriever = None
-        if not self.closed_book:
-            self.graph_dir = _require_graph(graph_dir, "llm (with retrieval; --no-retrieval for closed book)")
-        self.client = make_client(config.llm, default_cache=(out_dir / "llm_cache.sqlite") if out_dir else None)
-
     def predict_batch(self, records: list[dict[str, Any]]) -> list[Any]:
-        from bencao.evaluation.bench_format import query_text
-        from bencao.evaluation.llm_prompts import build_messages, parse_reply
+        from bencao.serving.tasks import Query
 
-        evidences: list[Any] = []
-        batch = []
-        for rec in records:
-            ev = None
-            if not self.closed_book:
-                options = list(rec["options"].values()) if rec["task"] in ("mcq", "sd") else (
-                    list(rec["candidates"]) if rec["task"] == "rec" else None)
-                ev = self.retriever.retrieve(query_text(rec), options=options)
-            evidences.append(ev)
-            text = evidence_text(ev)[: self.config.evidence_max_chars] if ev is not None else None
-            batch.append(build_messages(rec, text or None))
-        replies = self.client.complete_many(batch, **self.config.llm.params())
-        outs: list[Any] = []
-        for rec, ev, reply in zip(records, evidences, replies):
-            if isinstance(reply, Exception):
-                outs.append(reply)
+        outs: list[Any] = [None] * len(records)
+        asked = []
+        for i, rec in enumerate(records):
+            if rec["task"] == "el":
+                outs[i] = self.link(rec)
+            else:
+                asked.append(i)
+        answers = self.pipeline.run([Query.from_record(records[i]) for i in asked]) if asked else []
+        for i, a in zip(asked, answers):
+            if a.error:
+                outs[i] = BencaoError(a.error)  # a failed request: not written, retried when the run resumes
                 continue
-            outs.append(Output(parse_reply(rec, reply.text), evidence_ids(ev) if ev is not None else {},
-                               evidence_text(ev) if ev is not None else None,
-                               {"reply": reply.text, "model": reply.model, "cached": reply.cached}))
+            ev = a.evidence
+            extra = {k: v for k, v in (("reply", a.reply), ("answered_by", a.answered_by), ("query_triples", a.query_triples),
+                                       ("understanding", a.understanding), ("plan", a.plan)) if v is not None}
+            outs[i] = Output(a.prediction if self.pipeline.answerer != "none" else None, ev.ids() if ev is not None else {},
+                             ev.text() if ev is not None else None, extra)
         return outs
+
+
+_PRESETS = [
+    ("pipeline", (), (), "The serving recipe as given (--config): every stage it configures."),
+    ("llm-free", ("answerer=graph",), (), "Graph-grounded answerer: retrieval, then option/claim/candidate scoring from the evidence."),
+    ("llm", ("answerer=generator",), ("generator",), "The generator LLM with the task's template and the retrieved evidence "
+                                                       "(closed book with --no-retrieval)."),
+    ("cot+llm-free", ("answerer=graph",), ("cot",), "The CoT model's query triples drive micro retrieval; the graph answerer answers."),
+    ("cot+llm", ("answerer=generator",), ("cot", "generator"), "CoT model + generator (TCM-DiffRAG)."),
+    ("retrieval", ("answerer=none",), (), "Evidence only: retrieval metrics (evidence_contains_gold) and, for el, the linker."),
+]
+for _name, _ov, _needs, _desc in _PRESETS:
+    register_system(_name, tasks=ALL_TASKS, answers=_name != "retrieval", description=_desc, overrides=_ov, needs=_needs,
+                    needs_graph=True)(PipelineSystem)

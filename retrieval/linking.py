@@ -13,25 +13,33 @@ Pipeline (FoodOntoRAG / iDISK / Yaoshi, without an LLM by default):
    of the BM25 and dense ranks;
 3. a selector (``rules``: exact-match preference; inside the top tier FoodOn's term for the food as
    bought ("onion (whole, raw)", "pork (raw)"), else the ontology's term with nothing more specified
-   ("nut (unspecified variety)"), then the most specific concept along ``is_a``; or ``llm`` with the
-   same rubric, which may answer "no match");
-4. a confidence score and threshold ``tau``; below it one synonym retry (sub-phrases found in the
-   alias table, traditional/simplified and plural variants, or an LLM synonym generator when one
-   is given), then abstention.
+   ("nut (unspecified variety)"), then the most specific concept along ``is_a``; or ``llm``
+   (``linking.llm``: FoodOntoRAG's selector / Yaoshi-RAG's entity choice) with the same rubric,
+   shown each candidate's label, synonyms, definition and parents; it may answer -1, "none fits");
+4. a confidence and threshold ``tau``: the rules' tier confidence, or FoodOntoRAG's separate
+   scorer (``linking.scorer.llm``: a second call that rates the chosen concept in [0, 1] with a
+   rationale). Below ``tau`` one retry, one hop: a failure-aware synonym request
+   (``linking.synonyms.llm``: up to ``linking.synonyms.max`` synonyms, the scorer's or selector's
+   reason for rejecting the first pass in the prompt) whose synonyms re-run BM25 **and** dense
+   search, the pooled candidates selected and scored again against the *original* mention; with
+   no LLM the retry tries sub-phrases found in the alias table. Then abstention.
+
+Every LLM reply is JSON validated against a schema with one repair turn
+(:func:`bencao.llm.structured.complete_json`); prompts are ``bencao/prompts/link_*.{zh,en}.jinja``.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field as dc_field
 from typing import Any, Callable
 
 import numpy as np
 
 from bencao.config import field
 from bencao.errors import BencaoError
+from bencao.llm.base import LLMConfig
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.lexical import light_stem
 from bencao.text import norm_key, tokenize
@@ -42,6 +50,19 @@ TIER_CONF = {0: 0.95, 1: 0.9, 2: 0.85, 3: 0.75, 4: 0.62}
 
 
 @dataclass
+class ScorerConfig:
+    llm: LLMConfig | None = field(None, help="LLM that rates the chosen concept's fit in [0, 1] with a rationale (a second call); "
+                                             "null = the rules' tier confidence. The threshold is linking.tau.")
+
+
+@dataclass
+class SynonymsConfig:
+    llm: LLMConfig | None = field(None, help="LLM asked for synonyms when the first pass falls below tau (the failure reason in the "
+                                             "prompt); null = the scorer's LLM, else the selector's, else rule variants (sub-phrases).")
+    max: int = field(5, help="Most synonyms asked for and tried (FoodOntoRAG: 5).")
+
+
+@dataclass
 class LinkingConfig:
     k_lexical: int = field(15, help="Candidates from BM25 over entity names and aliases.")
     k_dense: int = field(15, help="Candidates from dense search over entity texts (when the embedder reads the mention's language).")
@@ -49,7 +70,11 @@ class LinkingConfig:
     tau: float = field(0.5, help="Confidence threshold: below it (after one retry) the linker abstains.")
     min_dense: float = field(0.75, help="Cosine at which a dense-only candidate counts as a match (iDISK uses 0.75).")
     retry: bool = field(True, help="One synonym retry before abstaining.")
-    selector: str = field("rules", help="Candidate selector: rules, or llm (needs an LLM client).")
+    selector: str = field("rules", help="Candidate selector: rules, or llm (needs linking.llm).")
+    llm: LLMConfig | None = field(None, help="The entity-choice LLM (selector: llm), a bencao.llm block: backend, model, base_url, ...")
+    scorer: ScorerConfig = field(default_factory=ScorerConfig, help="FoodOntoRAG's separate confidence scorer.")
+    synonyms: SynonymsConfig = field(default_factory=SynonymsConfig, help="Failure-aware synonym retry.")
+    prompts_dir: str | None = field(None, help="Directory of prompt templates that override bencao/prompts/link_*.jinja file by file.")
     max_candidates: int = field(10, help="Candidates reported per mention.")
     max_mention_chars: int = field(200, help="Longer mentions are refused with an error.")
     qualifiers: list[str] = field(default_factory=lambda: ["food product", "not further specified", "unspecified variety", "unspecified", "nfs", "nos"],
@@ -80,9 +105,31 @@ class LinkResult:
     retried: bool
     abstained: bool
     type: str | None = None
+    first_pass: dict[str, Any] | None = None  # the choice before any retry: {id, label, confidence}
+    selector_rationale: str | None = None
+    scorer_rationale: str | None = None
+    synonyms: list[str] = dc_field(default_factory=list)  # proposed by the synonym stage (LLM) or rule variants tried
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass
+class LinkerLLMs:
+    """The linker's LLM clients (bencao.llm protocol); any may be None."""
+
+    selector: Any = None
+    scorer: Any = None
+    synonyms: Any = None
+
+    @classmethod
+    def from_config(cls, cfg: "LinkingConfig") -> "LinkerLLMs":
+        from bencao.llm import make_client
+
+        sel = make_client(cfg.llm) if cfg.llm is not None else None
+        sco = make_client(cfg.scorer.llm) if cfg.scorer.llm is not None else None
+        syn = make_client(cfg.synonyms.llm) if cfg.synonyms.llm is not None else (sco or sel)
+        return cls(sel, sco, syn)
 
 
 _PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）")
@@ -185,54 +232,118 @@ class EntityLinker:
     """``EntityLinker(graph, config).link("mention") -> LinkResult``.
 
     ``indexes`` (a :class:`bencao.retrieval.index.Indexes`) adds BM25 and dense candidates; without
-    it only the alias tables are used. ``llm`` is a callable ``prompt -> text`` used by the ``llm``
-    selector and as the synonym generator of the retry.
+    it only the alias tables are used. ``llms`` (:class:`LinkerLLMs`) are the selector, scorer and
+    synonym clients; by default they are made from ``config`` (``linking.llm``,
+    ``linking.scorer.llm``, ``linking.synonyms.llm``).
     """
 
-    def __init__(self, graph: Graph, config: LinkingConfig | None = None, indexes: Any = None,
-                 llm: Callable[[str], str] | None = None):
+    def __init__(self, graph: Graph, config: LinkingConfig | None = None, indexes: Any = None, llms: LinkerLLMs | None = None):
         self.g = graph
         self.cfg = config or LinkingConfig()
         self.indexes = indexes
-        self.llm = llm
         if self.cfg.selector not in SELECTORS:
             raise BencaoError(f"linking.selector {self.cfg.selector!r} is not one of {', '.join(SELECTORS)}")
-        if self.cfg.selector == "llm" and llm is None:
-            raise BencaoError("linking.selector 'llm' needs an LLM client; configure one or use selector: rules")
+        self.llms = llms if llms is not None else LinkerLLMs.from_config(self.cfg)
+        if self.cfg.selector == "llm" and self.llms.selector is None:
+            raise BencaoError("linking.selector 'llm' needs an LLM: set linking.llm (e.g. --set linking.llm.base_url=URL "
+                              "--set linking.llm.model=NAME) or use selector: rules")
         self.tables = _tables(graph, self.cfg.qualifiers)
         self._ancestors: dict[str, set[str]] = {}
         self._dense_rows: tuple[Any, dict[str, int]] | None = None  # (dense index, entity id → row)
 
     # ------------------------------------------------------------------ public
-    def link(self, mention: str) -> LinkResult:
+    def link(self, mention: str, context: str | None = None) -> LinkResult:
+        """Link one mention; ``context`` (the sentence or question it came from) is shown to the LLM stages."""
         if not isinstance(mention, str) or not mention.strip():
             raise BencaoError("mention is empty")
         if len(mention) > self.cfg.max_mention_chars:
             raise BencaoError(f"mention is {len(mention):,} characters, over the {self.cfg.max_mention_chars}-character limit (linking.max_mention_chars)")
         mention = mention.strip()
         cands = self._candidates(mention)
-        choice = SELECTORS[self.cfg.selector](self, mention, cands)
-        retried = False
+        choice = self._choose(mention, context, cands)
+        first = self._brief(choice)
+        sel_why = choice.get("selector_rationale") if choice else None
+        sco_why = choice.get("scorer_rationale") if choice else None
+        retried, tried = False, []
         if (choice is None or choice["confidence"] < self.cfg.tau) and self.cfg.retry:
             retried = True
-            for variant, how in self._variants(mention):
-                vc = self._candidates(variant, lexical=False)
-                vchoice = SELECTORS[self.cfg.selector](self, variant, vc)
-                if vchoice is not None:
-                    vchoice = dict(vchoice, confidence=round(vchoice["confidence"] * 0.85, 4),
-                                   rationale=f"retry with {how} {variant!r}: {vchoice['rationale']}")
-                    if choice is None or vchoice["confidence"] > choice["confidence"]:
-                        choice = vchoice
-                        known = {c["id"] for c in cands}
-                        cands = cands + [c for c in vc if c["id"] not in known]
-                    if choice["confidence"] >= self.cfg.tau:
-                        break
+            if self.llms.synonyms is not None:
+                choice, cands, tried = self._synonym_retry(mention, context, cands, choice)
+            else:
+                choice, cands, tried = self._variant_retry(mention, context, cands, choice)
+            if choice is not None:
+                sel_why = choice.get("selector_rationale", sel_why)
+                sco_why = choice.get("scorer_rationale", sco_why)
         report = [self._report(c) for c in cands[: self.cfg.max_candidates]]
+        extra = {"first_pass": first, "selector_rationale": sel_why, "scorer_rationale": sco_why, "synonyms": tried}
         if choice is None or choice["confidence"] < self.cfg.tau:
             why = choice["rationale"] + f"; confidence {choice['confidence']:.2f} < tau {self.cfg.tau}" if choice else "no candidate"
-            return LinkResult(mention, None, None, round(choice["confidence"], 4) if choice else 0.0, f"abstained: {why}", report, retried, True)
+            return LinkResult(mention, None, None, round(choice["confidence"], 4) if choice else 0.0, f"abstained: {why}", report, retried,
+                              True, **extra)
         ent = self.g.get_entity(choice["id"]) or {}
-        return LinkResult(mention, choice["id"], ent.get("name"), round(choice["confidence"], 4), choice["rationale"], report, retried, False, ent.get("type"))
+        return LinkResult(mention, choice["id"], ent.get("name"), round(choice["confidence"], 4), choice["rationale"], report, retried, False,
+                          ent.get("type"), **extra)
+
+    def _brief(self, choice: dict[str, Any] | None) -> dict[str, Any] | None:
+        if choice is None:
+            return None
+        return {"id": choice["id"], "label": self.tables.labels.get(choice["id"]), "confidence": round(choice["confidence"], 4)}
+
+    def _choose(self, mention: str, context: str | None, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """Selector, then (when configured) the separate scorer, both against ``mention`` as written."""
+        choice = SELECTORS[self.cfg.selector](self, mention, cands, context)
+        if choice is None:
+            return None
+        choice.setdefault("selector_rationale", choice["rationale"])
+        if self.llms.scorer is not None and choice.get("abstain") is not True:
+            choice = score_llm(self, mention, context, choice)
+        return choice
+
+    def _variant_retry(self, mention: str, context: str | None, cands: list[dict[str, Any]],
+                       choice: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[str]]:
+        """No synonym LLM: sub-phrases found in the alias table (right-most first), each linked on its own."""
+        tried: list[str] = []
+        for variant, how in self._variants(mention):
+            tried.append(variant)
+            vc = self._candidates(variant, lexical=False)
+            vchoice = SELECTORS[self.cfg.selector](self, variant, vc, context)
+            if vchoice is not None:
+                vchoice = dict(vchoice, confidence=round(vchoice["confidence"] * 0.85, 4),
+                               rationale=f"retry with {how} {variant!r}: {vchoice['rationale']}")
+                if choice is None or vchoice["confidence"] > choice["confidence"]:
+                    choice = vchoice
+                    known = {c["id"] for c in cands}
+                    cands = cands + [c for c in vc if c["id"] not in known]
+                if choice["confidence"] >= self.cfg.tau:
+                    break
+        return choice, cands, tried
+
+    def _synonym_retry(self, mention: str, context: str | None, cands: list[dict[str, Any]],
+                       choice: dict[str, Any] | None) -> tuple[dict[str, Any] | None, list[dict[str, Any]], list[str]]:
+        """FoodOntoRAG's retry: synonyms asked with the failure reason, their BM25 + dense candidates pooled
+        with the first pass's, one more selection and score against the original mention (one hop)."""
+        if choice is None:
+            reason = "no candidate concept was found" if not cands else "the selector found no candidate that fits"
+        else:
+            reason = choice.get("scorer_rationale") or choice.get("selector_rationale") or choice["rationale"]
+        rejected = self.tables.labels.get(choice["id"]) if choice else None
+        synonyms = synonyms_llm(self, mention, context, reason, rejected)
+        if not synonyms:
+            return choice, cands, []
+        pool = {c["id"]: c for c in cands}
+        for syn in synonyms:
+            for c in self._candidates(syn, lexical=True):
+                c = dict(c, via=[*c["via"], f"synonym:{syn}"])
+                cur = pool.get(c["id"])
+                if cur is None or (c["tier"], -c["rrf"]) < (cur["tier"], -cur["rrf"]):
+                    pool[c["id"]] = c
+        merged = self._order(list(pool.values()))
+        second = self._choose(mention, context, merged)
+        if second is not None:
+            second["rationale"] = f"after synonyms {', '.join(synonyms)}: {second['rationale']}"
+            if choice is None or second["confidence"] > choice["confidence"]:
+                return second, merged, synonyms
+        return choice, merged, synonyms
 
     # ------------------------------------------------------------------ candidates
     def _candidates(self, mention: str, lexical: bool = True) -> list[dict[str, Any]]:
@@ -351,19 +462,9 @@ class EntityLinker:
         return sorted(cands, key=key)
 
     def _variants(self, mention: str) -> list[tuple[str, str]]:
-        """Synonym retry inputs: LLM synonyms (when configured), then sub-phrases in the alias table."""
+        """Rule retry inputs: sub-phrases of the mention found in the alias table."""
         out: list[tuple[str, str]] = []
         seen = {norm_key(mention)}
-        if self.llm is not None:
-            prompt = (f"Give up to 5 synonyms or alternative names (one per line, no numbering) for the term: {mention}")
-            try:
-                for line in self.llm(prompt).splitlines():
-                    s = line.strip().strip("-•*0123456789. ").strip()
-                    if s and norm_key(s) not in seen and len(s) <= self.cfg.max_mention_chars:
-                        seen.add(norm_key(s))
-                        out.append((s, "LLM synonym"))
-            except Exception as exc:  # noqa: BLE001 - an LLM failure must not lose the rule-based retry
-                out.append((mention, f"(LLM synonym generation failed: {exc})"))
         toks = tokenize(mention)
         n = len(toks)
         joiner = "" if any(ord(ch) > 0x2E80 for ch in mention) else " "
@@ -422,7 +523,7 @@ class EntityLinker:
 # ---------------------------------------------------------------------- selectors
 
 
-def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
+def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]], context: str | None = None) -> dict[str, Any] | None:
     """Exact-match preference, then the most specific concept by ``is_a``, then the fused rank."""
     if not cands:
         return None
@@ -462,34 +563,88 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}
 
 
-def select_llm(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Ask the LLM to pick among the top candidates with the rules' rubric; it may answer no match."""
+def describe_candidate(linker: EntityLinker, eid: str) -> dict[str, Any]:
+    """What an LLM is shown of a concept: label, synonyms, definition, parents (FoodOntoRAG's candidate card)."""
+    ent = linker.g.get_entity(eid) or {}
+    label = linker.tables.labels.get(eid) or ent.get("name") or eid
+    syns = [n for n in dict.fromkeys(linker.tables.names.get(eid, [])) if n != label][:6]
+    parents = [r[0] for r in linker.g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation='is_a' LIMIT 3", (eid,))]
+    pnames = linker.g.get_entities(parents)
+    return {"id": eid, "label": label, "type": ent.get("type"), "synonyms": syns,
+            "definition": (ent.get("description") or "")[:240], "parents": [pnames.get(p, {}).get("name", p) for p in parents]}
+
+
+def _lang(*texts: str | None) -> str:
+    from bencao.text import lang_of
+
+    return "zh" if any(t and lang_of(t) == "zh" for t in texts) else "en"
+
+
+def _ask_json(linker: EntityLinker, client: Any, template: str, schema: dict[str, Any], lang: str, **variables: Any) -> tuple[Any, str | None]:
+    from bencao.llm.structured import complete_json
+    from bencao.prompting import render
+
+    msgs = render(template, lang, prompts_dir=linker.cfg.prompts_dir, **variables)
+    res = complete_json(client, msgs, schema, lang=lang)
+    return res.value, res.error
+
+
+_SELECT_SCHEMA = {"type": "object", "required": ["choice"], "properties": {
+    "choice": {"type": "integer", "minimum": -1}, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+    "rationale": {"type": "string"}}}
+_SCORE_SCHEMA = {"type": "object", "required": ["confidence"], "properties": {
+    "confidence": {"type": "number", "minimum": 0, "maximum": 1}, "rationale": {"type": "string"}}}
+_SYNONYMS_SCHEMA = {"type": "object", "required": ["synonyms"], "properties": {
+    "synonyms": {"type": "array", "items": {"type": "string"}}}}
+
+
+def select_llm(linker: EntityLinker, mention: str, cands: list[dict[str, Any]], context: str | None = None) -> dict[str, Any] | None:
+    """Ask the LLM to pick among the top candidates with the rules' rubric; it may answer -1 (none fits)."""
     if not cands:
         return None
     shown = cands[: linker.cfg.max_candidates]
-    lines = []
-    for i, c in enumerate(shown):
-        ent = linker.g.get_entity(c["id"]) or {}
-        lines.append(f"{i}. {c['id']} | {ent.get('name')} | {(ent.get('description') or '')[:160]}")
-    prompt = (
-        "Link the mention to one concept. Prefer an exact label or synonym match; among those the most specific "
-        "concept that still fits; answer -1 when none fits.\n"
-        f"Mention: {mention}\nCandidates:\n" + "\n".join(lines) +
-        '\nAnswer with JSON only: {"choice": <number or -1>, "confidence": <0..1>, "rationale": "<short>"}')
-    raw = linker.llm(prompt)  # type: ignore[misc]
-    m = re.search(r"\{.*\}", raw, re.S)
-    try:
-        obj = json.loads(m.group(0)) if m else {}
-        idx = int(obj.get("choice", -1))
-        conf = float(obj.get("confidence", 0.0))
-    except (ValueError, TypeError, json.JSONDecodeError):
-        return select_rules(linker, mention, cands) | {"rationale": "LLM answer unreadable; rules used"}
+    cards = [describe_candidate(linker, c["id"]) for c in shown]
+    obj, err = _ask_json(linker, linker.llms.selector, "link_select", _SELECT_SCHEMA, _lang(mention, context),
+                         mention=mention, context=context or "", candidates=cards)
+    if obj is None:
+        rules = select_rules(linker, mention, cands, context)
+        return rules | {"rationale": f"LLM selector unusable ({err}); rules used: {rules['rationale']}"} if rules else None
+    idx = int(obj["choice"])
+    why = str(obj.get("rationale") or "").strip()
     if idx < 0 or idx >= len(shown):
-        return {"id": shown[0]["id"], "confidence": 0.0, "rationale": f"LLM: no match ({obj.get('rationale', '')})"}
-    return {"id": shown[idx]["id"], "confidence": max(0.0, min(1.0, conf)), "rationale": f"LLM: {obj.get('rationale', '')}"}
+        return {"id": shown[0]["id"], "confidence": 0.0, "rationale": f"LLM selector: none fits ({why})", "abstain": True,
+                "selector_rationale": why or "none fits"}
+    conf = float(obj.get("confidence", linker.confidence(shown[idx], 0)))
+    return {"id": shown[idx]["id"], "confidence": max(0.0, min(1.0, conf)), "rationale": f"LLM selector: {why}", "selector_rationale": why}
 
 
-SELECTORS: dict[str, Callable[[EntityLinker, str, list[dict[str, Any]]], dict[str, Any] | None]] = {
+def score_llm(linker: EntityLinker, mention: str, context: str | None, choice: dict[str, Any]) -> dict[str, Any]:
+    """FoodOntoRAG's scorer: a separate call rating how well the chosen concept fits the mention."""
+    card = describe_candidate(linker, choice["id"])
+    obj, err = _ask_json(linker, linker.llms.scorer, "link_score", _SCORE_SCHEMA, _lang(mention, context),
+                         mention=mention, context=context or "", concept=card)
+    if obj is None:
+        return dict(choice, rationale=f"{choice['rationale']}; scorer unusable ({err}), selector confidence kept")
+    why = str(obj.get("rationale") or "").strip()
+    return dict(choice, confidence=float(obj["confidence"]), scorer_rationale=why,
+                rationale=f"{choice['rationale']}; scorer {float(obj['confidence']):.2f}: {why}")
+
+
+def synonyms_llm(linker: EntityLinker, mention: str, context: str | None, reason: str, rejected: str | None) -> list[str]:
+    """Up to ``synonyms.max`` alternative names, asked with the reason the first pass failed."""
+    obj, _err = _ask_json(linker, linker.llms.synonyms, "link_synonyms", _SYNONYMS_SCHEMA, _lang(mention, context),
+                          mention=mention, context=context or "", reason=reason, rejected=rejected or "", max=linker.cfg.synonyms.max)
+    out: list[str] = []
+    seen = {norm_key(mention)}
+    for s in (obj or {}).get("synonyms", []):
+        s = str(s).strip()
+        if s and norm_key(s) not in seen and len(s) <= linker.cfg.max_mention_chars:
+            seen.add(norm_key(s))
+            out.append(s)
+    return out[: linker.cfg.synonyms.max]
+
+
+SELECTORS: dict[str, Callable[..., dict[str, Any] | None]] = {
     "rules": select_rules,
     "llm": select_llm,
 }

@@ -322,7 +322,17 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         q = question_of(body)
         params = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("seed", body.seed),
                                      ("max_tokens", body.max_tokens or body.max_completion_tokens)) if v is not None}
-        res = await run_limited(pipeline.answer, q, **params)
+        extra = body.model_extra or {}  # bencao's own fields beside OpenAI's: task, options, candidates
+        task, options, candidates = extra.get("task"), extra.get("options"), extra.get("candidates")
+        if task is not None and not isinstance(task, str):
+            raise ApiError(400, "task: expected a string (qa, mcq, sd, tf, rec)", param="task")
+        if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in options.items())):
+            raise ApiError(400, "options: expected an object of lettered option texts", param="options")
+        if candidates is not None and not (isinstance(candidates, list) and all(isinstance(c, str) for c in candidates)):
+            raise ApiError(400, "candidates: expected a list of strings", param="candidates")
+        if (options or candidates) and task is None:
+            task = "mcq" if options else "rec"
+        res = await run_limited(pipeline.answer, q, task=task, options=options, candidates=candidates, **params)
         content = res["answer"]
         if getattr(getattr(pipeline, "cfg", None), "answer", None) is None or pipeline.cfg.answer.append_sources:
             from bencao.serving.answer import sources_block
@@ -334,7 +344,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         created = int(time.time())
         extra = {"citations": res.get("citations", []), "references": res.get("references", []), "evidence": res.get("evidence"), "query_triples": res.get("query_triples"),
                  "abstained": res.get("abstained"), "own_answer": res.get("own_answer"), "answered_by": res.get("answered_by"),
-                 "timings": res.get("timings")}
+                 "prediction": res.get("prediction"), "timings": res.get("timings")}
         usage = res.get("usage") or {}
         if not body.stream:
             return {

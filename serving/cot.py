@@ -118,7 +118,6 @@ class CotDecomposer:
         if cfg.llm is None:
             return None
         from bencao.llm import make_client
-        from bencao.serving import vllm_backend  # noqa: F401  (registers backend "vllm")
 
         return cls(make_client(cfg.llm, default_cache=default_cache), cfg)
 

@@ -1,6 +1,7 @@
 """LLM-free answers grounded in the graph: multiple choice, true/false, ranking, short answers.
 
-Every score comes from the ``Evidence`` the retriever returned, so each answer can be checked:
+The answerer is handed the ``Evidence`` the pipeline retrieved (it never retrieves itself), and
+every score comes from it, so each answer can be checked:
 
 - an option / candidate is *supported* by (a) being a linked entity of the evidence that a path or
   triple connects to a question entity (PathScore, triple confidence), and (b) snippet support:
@@ -10,7 +11,8 @@ Every score comes from the ``Evidence`` the retriever returned, so each answer c
 
 A free-text answer lists first the facts whose relation the question asks for (``intents``: a
 keyword → relations table, Chinese and English, e.g. 性味 → has_flavour, has_nature), then the
-other facts by PathScore and confidence.
+other facts by PathScore and confidence, in the question's language: a Chinese question gets
+Chinese sentences (``relation_templates``: has_flavour → "{h}味{t}"), an English one English.
 """
 
 from __future__ import annotations
@@ -21,11 +23,10 @@ from typing import Any
 
 from bencao.config import field
 from bencao.errors import BencaoError
-from bencao.retrieval.evidence import Evidence, path_heading
+from bencao.retrieval.evidence import Evidence, PathHit, TripleHit, path_heading
 from bencao.retrieval.index.lexical import analyze
-from bencao.text import has_cjk, norm_key, split_sentences
+from bencao.text import has_cjk, lang_of, norm_key, split_sentences
 
-NOT_IN_KB = "not in the knowledge base"
 _NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
 _NEGATIONS_ZH = ("不", "无", "非", "勿", "忌", "禁", "未", "莫")
 
@@ -35,11 +36,37 @@ DEFAULT_INTENTS: dict[str, list[str]] = {
     "性味": ["has_flavour", "has_nature"], "气味": ["has_flavour", "has_nature"], "味": ["has_flavour"], "性": ["has_nature"],
     "主治": ["treats", "has_effect"], "治": ["treats", "has_effect"], "功效": ["has_effect", "treats"], "功能": ["has_effect", "treats"],
     "作用": ["has_effect", "treats"], "禁忌": ["contraindications"], "不宜": ["contraindications"], "忌": ["contraindications"],
-    "毒": ["toxicity"], "配料": ["has_ingredient"], "成分": ["has_ingredient"],
+    "毒": ["toxicity"], "配料": ["has_ingredient"], "成分": ["has_ingredient"], "组成": ["has_ingredient"], "归经": ["enters_meridian"],
     "flavour": ["has_flavour"], "flavor": ["has_flavour"], "taste": ["has_flavour"], "nature": ["has_nature"],
     "property": ["has_flavour", "has_nature"], "properties": ["has_flavour", "has_nature"],
     "treat": ["treats", "has_effect"], "indication": ["treats"], "effect": ["has_effect", "treats"], "benefit": ["has_effect"],
     "contraindicat": ["contraindications"], "avoid": ["contraindications"], "toxic": ["toxicity"], "ingredient": ["has_ingredient"],
+}
+
+#: How a fact reads in each language; ``{h}`` head, ``{t}`` tail. Relations without an entry read "h —relation→ t".
+DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
+    "zh": {"has_flavour": "{h}味{t}", "has_nature": "{h}性{t}", "treats": "{h}主治{t}", "has_effect": "{h}的功效：{t}",
+           "toxicity": "{h}：{t}", "has_ingredient": "{h}的配料有{t}", "listed_in": "{h}列入{t}", "is_a": "{h}属于{t}",
+           "variant_of": "{h}是{t}的一种", "contraindications": "{h}禁忌：{t}", "enters_meridian": "{h}归{t}经",
+           "is_effective_for": "{h}对{t}有效", "alias_of": "{h}又名{t}"},
+    "en": {"has_flavour": "{h} has flavour {t}", "has_nature": "{h} has nature {t}", "treats": "{h} treats {t}",
+           "has_effect": "{h} has effect {t}", "toxicity": "{h}: {t}", "has_ingredient": "{h} has ingredient {t}",
+           "listed_in": "{h} is listed in {t}", "is_a": "{h} is a {t}", "variant_of": "{h} is a kind of {t}",
+           "contraindications": "{h}: contraindication {t}", "enters_meridian": "{h} enters the {t} meridian",
+           "is_effective_for": "{h} is effective for {t}"},
+}
+
+#: Short relation labels for reasoning paths (``A —label→ B``).
+DEFAULT_LABELS: dict[str, dict[str, str]] = {
+    "zh": {"has_flavour": "味", "has_nature": "性", "treats": "主治", "has_effect": "功效", "toxicity": "毒性", "has_ingredient": "配料",
+           "listed_in": "列入", "is_a": "属于", "variant_of": "种属", "contraindications": "禁忌", "enters_meridian": "归经",
+           "is_effective_for": "有效于"},
+    "en": {},
+}
+
+_WORDS = {
+    "zh": {"not_in_kb": "知识库中没有找到与该问题相关的内容。", "confidence": "置信度", "sep": "：", "path": "推理路径"},
+    "en": {"not_in_kb": "The knowledge base has nothing on this question.", "confidence": "confidence", "sep": ": ", "path": "path"},
 }
 
 
@@ -58,6 +85,12 @@ class AnswererConfig:
                                           help="Question keyword → relations whose facts a free-form answer lists first, in this order. "
                                                "Chinese keywords match anywhere in the question (traditional folded to simplified); "
                                                "English ones match the start of a word ('treat' → treats, treatment).")
+    relation_templates: dict[str, dict[str, str]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_TEMPLATES.items()},
+                                                          help="Per language (zh, en): relation → sentence template with {h} and {t}.")
+    relation_labels: dict[str, dict[str, str]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_LABELS.items()},
+                                                       help="Per language: relation → the short label shown in reasoning paths.")
+    stopwords: list[str] = field(default_factory=list, help="Question words that never count as keywords (besides the retrieval "
+                                                            "recipe's question.stopwords).")
 
 
 def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
@@ -66,30 +99,50 @@ def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
 
 
 class GraphAnswerer:
-    def __init__(self, retriever: Any, config: AnswererConfig | None = None):
-        self.retriever = retriever
-        self.cfg = config or getattr(getattr(retriever, "cfg", None), "answer", None) or AnswererConfig()
-        qcfg = getattr(getattr(retriever, "cfg", None), "question", None)
-        self.stop = frozenset(qcfg.stopwords) if qcfg is not None else frozenset()
+    """Scores options, claims and candidates, and writes short answers, from a given :class:`Evidence`."""
+
+    def __init__(self, config: AnswererConfig | None = None, stopwords: list[str] | tuple[str, ...] = ()):
+        self.cfg = config or AnswererConfig()
+        self.stop = frozenset([*stopwords, *self.cfg.stopwords])
+
+    # ------------------------------------------------------------------ wording
+    def lang(self, question: str) -> str:
+        return "zh" if lang_of(question) == "zh" else "en"
+
+    def fact(self, t: TripleHit, lang: str) -> str:
+        tmpl = self.cfg.relation_templates.get(lang, {}).get(t.relation)
+        return tmpl.format(h=t.head, t=t.tail) if tmpl else f"{t.head} —{t.relation}→ {t.tail}"
+
+    def path_text(self, p: PathHit, lang: str) -> str:
+        labels = self.cfg.relation_labels.get(lang, {})
+        out = p.names[0]
+        for step, name in zip(p.relations, p.names[1:]):
+            rel = step.lstrip("~")
+            label = labels.get(rel, rel)
+            out += f" ←{label}— {name}" if step.startswith("~") else f" —{label}→ {name}"
+        return out
+
+    def not_in_kb(self, question: str) -> str:
+        return _WORDS[self.lang(question)]["not_in_kb"]
 
     # ------------------------------------------------------------------ scoring
     def _graph_support(self, ev: Evidence, role: str) -> float:
         """Best PathScore-derived or triple-confidence support of entities linked for ``role``."""
-        ids = {e["id"] for e in ev.entities if role in e.get("roles", [])}
-        q_ids = {e["id"] for e in ev.entities if "question" in e.get("roles", [])}
+        ids = {e.id for e in ev.entities if role in e.roles}
+        q_ids = {e.id for e in ev.entities if "question" in e.roles or "disease" in e.roles}
         if not ids:
             return 0.0
         best = 0.0
-        max_path = max((p["score"] for p in ev.paths), default=0.0) or 1.0
+        max_path = max((p.score for p in ev.paths), default=0.0) or 1.0
         for p in ev.paths:
-            ends = {p["entities"][0], p["entities"][-1]}
+            ends = {p.entities[0], p.entities[-1]}
             if ends & ids and ends & q_ids and not (ids >= ends):
-                best = max(best, 0.5 + 0.5 * p["score"] / max_path)
+                best = max(best, 0.5 + 0.5 * p.score / max_path)
         for t in ev.triples:
-            pair = {t["head_id"], t["tail_id"]}
+            pair = {t.head_id, t.tail_id}
             if pair & ids and pair & q_ids and not (ids >= pair):
-                best = max(best, 0.5 * float(t["confidence"]) + 0.4)
-        conf = max(e["confidence"] for e in ev.entities if e["id"] in ids)
+                best = max(best, 0.5 * float(t.confidence) + 0.4)
+        conf = max(e.confidence for e in ev.entities if e.id in ids)
         return min(1.0, best) * conf if best else 0.1 * conf
 
     def _text_support(self, ev: Evidence, text: str, q_tokens: set[str]) -> float:
@@ -98,48 +151,44 @@ class GraphAnswerer:
             return 0.0
         best = 0.0
         for rank, s in enumerate(ev.snippets):
-            s_toks = set(analyze(s.get("text", "")))
+            s_toks = set(analyze(s.text))
             cover = len(toks & s_toks) / len(toks)
             if not cover:
                 continue
             q_hit = 1.0 if not q_tokens or q_tokens & s_toks else 0.5
             best = max(best, cover * q_hit / (1.0 + 0.1 * rank))
-        for line in [Evidence.triple_text(t) for t in ev.triples] + [e.get("description") or "" for e in ev.entities]:
+        for line in [t.text() for t in ev.triples] + [e.description or "" for e in ev.entities]:
             l_toks = set(analyze(line))
             cover = len(toks & l_toks) / len(toks)
             if cover and (not q_tokens or q_tokens & l_toks):
                 best = max(best, 0.8 * cover)
         return best
 
-    def _score_options(self, question: str, texts: list[str]) -> tuple[list[float], Evidence]:
-        ev = self.retriever.retrieve(question, options=texts)
+    def score_options(self, question: str, texts: list[str], ev: Evidence) -> list[float]:
+        """Support of each option text (linked as role ``option:<i>`` by retrieval)."""
         q_tokens = set(_content_tokens(question, self.stop))
-        scores = []
-        for i, t in enumerate(texts):
-            s = self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
-            scores.append(round(s, 6))
-        return scores, ev
+        return [round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens), 6)
+                for i, t in enumerate(texts)]
 
     # ------------------------------------------------------------------ tasks
-    def answer_mcq(self, question: str, options: dict[str, str]) -> dict[str, Any]:
+    def answer_mcq(self, question: str, options: dict[str, str], ev: Evidence) -> dict[str, Any]:
         if not options:
             raise BencaoError("multiple-choice question has no options")
         letters = list(options)
-        scores, ev = self._score_options(question, [str(options[k]) for k in letters])
+        scores = self.score_options(question, [str(options[k]) for k in letters], ev)
         by = dict(zip(letters, scores))
         ranking = sorted(letters, key=lambda k: (-by[k], letters.index(k)))
         top = by[ranking[0]]
         abstained = top < self.cfg.min_support
         answer = [] if abstained else [k for k in ranking if by[k] >= self.cfg.multi_ratio * top and by[k] > 0]
-        return {"answer": answer, "ranking": ranking, "scores": by, "abstained": abstained, "evidence": ev}
+        return {"answer": answer, "ranking": ranking, "scores": by, "abstained": abstained}
 
-    def answer_tf(self, statement: str) -> dict[str, Any]:
-        ev = self.retriever.retrieve(statement)
+    def answer_tf(self, statement: str, ev: Evidence) -> dict[str, Any]:
         toks = set(_content_tokens(statement, self.stop))
         if ev.is_empty() or not toks:
-            return {"answer": None, "score": 0.0, "abstained": True, "evidence": ev}
+            return {"answer": None, "score": 0.0, "abstained": True}
         best, best_line = 0.0, ""
-        lines = [s.get("text", "") for s in ev.snippets] + [Evidence.triple_text(t) for t in ev.triples] + [p.get("text", "") for p in ev.paths]
+        lines = [s.text for s in ev.snippets] + [t.text() for t in ev.triples] + [p.text for p in ev.paths]
         for line in lines:
             for sent in split_sentences(line) or [line]:
                 cover = len(toks & set(analyze(sent))) / len(toks)
@@ -153,53 +202,63 @@ class GraphAnswerer:
             ans = False
         else:
             ans = None
-        return {"answer": ans, "score": round(best, 4), "abstained": ans is None, "evidence": ev}
+        return {"answer": ans, "score": round(best, 4), "abstained": ans is None}
 
-    def rank_candidates(self, query: str, candidates: list[str]) -> dict[str, Any]:
+    def rank_candidates(self, query: str, candidates: list[str], ev: Evidence) -> dict[str, Any]:
         if not candidates:
             raise BencaoError("no candidates to rank")
-        scores, ev = self._score_options(query, list(candidates))
+        scores = self.score_options(query, list(candidates), ev)
         order = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))
         top = scores[order[0]]
         abstained = top < self.cfg.min_support
         selected = [] if abstained else [candidates[i] for i in order if scores[i] >= self.cfg.select_ratio * top and scores[i] > 0]
         return {"ranking": [candidates[i] for i in order], "scores": {c: s for c, s in zip(candidates, scores)}, "selected": selected,
-                "abstained": abstained, "evidence": ev}
+                "abstained": abstained}
 
-    def answer(self, question: str) -> dict[str, Any]:
-        """A short extractive answer with [n] citations, or 'not in the knowledge base'."""
-        ev = self.retriever.retrieve(question)
+    def recommend(self, query: str, ev: Evidence, limit: int = 10) -> dict[str, Any]:
+        """Open-ended recommendation: the foods/dishes/herbs the evidence's paths reach, best path first."""
+        items: list[str] = []
+        for e in sorted((e for e in ev.entities if "path" in e.roles), key=lambda e: -e.score):
+            if e.name and e.name not in items:
+                items.append(e.name)
+        return {"items": items[:limit], "abstained": not items}
+
+    def answer(self, question: str, ev: Evidence) -> dict[str, Any]:
+        """A short extractive answer with [n] citations, or "not in the knowledge base", in the question's language."""
+        lang = self.lang(question)
+        w = _WORDS[lang]
         q_tokens = set(_content_tokens(question, self.stop))
         refs = {r["snippet_id"]: r["n"] for r in ev.references()}
-        names = [norm_key(x) for e in ev.entities if "question" in e.get("roles", []) for x in (e.get("name"), e.get("mention")) if x]
+        asked = [e for e in ev.entities if "question" in e.roles or "disease" in e.roles]
+        names = [norm_key(x) for e in asked for x in (e.name, e.mention) if x]
         scored: list[tuple[float, str]] = []
         for s in ev.snippets:
-            for sent in split_sentences(s.get("text", "")):
+            for sent in split_sentences(s.text):
                 if names and not any(n in norm_key(sent) for n in names):
                     continue  # quote only sentences about the entities asked for
                 st = set(analyze(sent))
                 cover = len(q_tokens & st) / len(q_tokens) if q_tokens else 0.0
                 if cover and len(norm_key(sent)) > max((len(n) for n in names), default=0) + 1:
-                    scored.append((cover + 0.01 * s.get("score", 0.0), f"{sent} [{refs[s['id']]}]"))
+                    scored.append((cover + 0.01 * s.score, f"{sent} [{refs[s.id]}]"))
         support = max([c for c, _ in scored], default=0.0)
-        path_lines = [p["text"] for p in ev.paths[:2] if p.get("connects")]
+        path_lines = [self.path_text(p, lang) for p in ev.paths[:2] if p.connects]
         if ev.is_empty() or (support < max(self.cfg.min_support, 0.34) and not path_lines and not ev.entities):
-            return {"answer": NOT_IN_KB, "abstained": True, "support": round(support, 4), "evidence": ev}
+            return {"answer": w["not_in_kb"], "abstained": True, "support": round(support, 4)}
         parts: list[str] = []
-        if ev.entities:
-            e = ev.entities[0]
-            if e.get("description"):
-                parts.append(f"{e['name']}: {e['description']}")
-            facts, n_asked = self.order_facts(question, ev, e["id"])
+        if asked or ev.entities:
+            e = (asked or ev.entities)[0]
+            if e.description:
+                parts.append(f"{e.name}{w['sep']}{e.description}")
+            facts, n_asked = self.order_facts(question, ev, e.id)
             shown = facts[: max(self.cfg.max_sentences, min(n_asked, self.cfg.max_intent_facts))]
-            lines = [f"{Evidence.triple_text(t)} (confidence {t['confidence']:.2f})" for t in shown]
+            lines = [f"{self.fact(t, lang)}（{w['confidence']} {t.confidence:.2f}）" if lang == "zh"
+                     else f"{self.fact(t, lang)} ({w['confidence']} {t.confidence:.2f})" for t in shown]
             parts = lines[: min(n_asked, len(lines))] + parts + lines[min(n_asked, len(lines)):]  # the asked facts before the description
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
-            parts = [Evidence.triple_text(t) for t in ev.triples[:3]] or [path_heading(s.get("path")) for s in ev.snippets[:2]]
-        return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4), "evidence": ev}
-
+            parts = [self.fact(t, lang) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
+        return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4)}
 
     def intent_relations(self, question: str) -> list[str]:
         """The relations the question asks for, from the ``intents`` keyword table (in table order)."""
@@ -212,19 +271,18 @@ class GraphAnswerer:
                 out += [r for r in rels if r not in out]
         return out
 
-    def order_facts(self, question: str, ev: Evidence, entity_id: str) -> tuple[list[dict[str, Any]], int]:
+    def order_facts(self, question: str, ev: Evidence, entity_id: str) -> tuple[list[TripleHit], int]:
         """Triples of ``entity_id``: those of the asked relations first (table order), then by PathScore and
         confidence; returns them and how many were asked for."""
         asked = self.intent_relations(question)
         rank = {r: i for i, r in enumerate(asked)}
         path_score: dict[str, float] = {}
         for p in ev.paths:
-            for tid in p.get("triple_ids", []):
-                path_score[tid] = max(path_score.get(tid, 0.0), float(p.get("score", 0.0)))
-        facts = [t for t in ev.triples if entity_id in (t["head_id"], t["tail_id"])]
-        facts.sort(key=lambda t: (rank.get(t["relation"], len(rank)), -path_score.get(t["id"], 0.0), -float(t["confidence"]),
-                                  -float(t.get("score") or 0.0)))
-        return facts, sum(t["relation"] in rank for t in facts)
+            for tid in p.triple_ids:
+                path_score[tid] = max(path_score.get(tid, 0.0), float(p.score))
+        facts = [t for t in ev.triples if entity_id in (t.head_id, t.tail_id)]
+        facts.sort(key=lambda t: (rank.get(t.relation, len(rank)), -path_score.get(t.id, 0.0), -float(t.confidence), -float(t.score or 0.0)))
+        return facts, sum(t.relation in rank for t in facts)
 
 
 def _negated(text: str) -> bool:

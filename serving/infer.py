@@ -3,8 +3,9 @@
 Input lines are either plain ``{"id", "question"}`` or benchmark records (``task`` = mcq, sd, tf,
 rec, qa, el with their fields; see ``evaluation/bench_format.py``): the text asked is the
 ``question`` / ``statement`` / ``query`` / ``mention``. Multiple-choice options and
-recommendation candidates are shown to a generator in the question; with the LLM-free answerer
-they go to its option, claim and candidate scorers, whose prediction is kept under ``prediction``.
+recommendation candidates go with the question to the pipeline as one Query of that task, so
+every answer — a generator's or the LLM-free answerer's — carries the ``prediction`` the metrics
+read (options, claim, ranking); ``el`` records are linked.
 
 Resumable: the output is appended record by record (flushed and fsynced), ids already in it are
 skipped on restart, and a line torn by a kill is dropped, so a killed run resumes without
@@ -62,43 +63,13 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
     return out
 
 
-def prompt_text(q: dict[str, Any]) -> str:
-    """What a generator is asked: the question, with the options or candidates listed."""
-    rec, task = q["record"], q["task"]
-    if task in ("mcq", "sd"):
-        return q["text"] + "\n" + "\n".join(f"{k}. {v}" for k, v in rec["options"].items())
-    if task == "rec":
-        return q["text"] + "\n" + "\n".join(f"- {c}" for c in rec["candidates"])
-    return q["text"]
+def to_query(q: dict[str, Any]) -> Any:
+    """The pipeline Query of a read question (plain questions are ``qa``)."""
+    from bencao.serving.tasks import Query
 
-
-def options_of(q: dict[str, Any]) -> list[str] | None:
-    """Option or candidate texts that retrieval should link too."""
-    rec, task = q["record"], q["task"]
-    if task in ("mcq", "sd"):
-        return [str(v) for v in rec["options"].values()]
-    if task == "rec":
-        return [str(c) for c in rec["candidates"]]
-    return None
-
-
-def _task_prediction(pipeline: Any, q: dict[str, Any], query_triples: list[Any] | None) -> dict[str, Any] | None:
-    """The LLM-free answerer's prediction for scored tasks (mcq/sd options, tf claims, rec candidates)."""
-    task, rec = q["task"], q["record"]
-    with pipeline._lock:
-        ga = pipeline.graph_answerer_for(query_triples)
-        if task in ("mcq", "sd"):
-            res = ga.answer_mcq(q["text"], rec["options"])
-            return {"answer": list(res.get("answer") or []), "ranking": list(res.get("ranking") or []), "scores": res.get("scores"),
-                    "abstained": bool(res.get("abstained"))}
-        if task == "tf":
-            res = ga.answer_tf(q["text"])
-            return {"answer": res.get("answer"), "score": res.get("score"), "abstained": bool(res.get("abstained"))}
-        if task == "rec":
-            res = ga.rank_candidates(q["text"], rec["candidates"])
-            return {"ranking": list(res.get("ranking") or []), "scores": res.get("scores"), "selected": list(res.get("selected") or []),
-                    "abstained": bool(res.get("abstained"))}
-    return None
+    rec = dict(q["record"], task=q["task"] or "qa")
+    rec.setdefault("question", q["text"])
+    return Query.from_record(rec)
 
 
 def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | Path, cfg: InferConfig | None = None,
@@ -116,16 +87,24 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
         for i in range(0, len(todo), bs):
             batch = todo[i : i + bs]
             t0 = time.perf_counter()
-            answers = pipeline.answer_many([prompt_text(q) for q in batch], options=[options_of(q) for q in batch])
-            for q, a in zip(batch, answers):
+            links = {q["id"]: pipeline.link(q["text"]) for q in batch if q["task"] == "el"}
+            asked = [q for q in batch if q["task"] != "el"]
+            answers = dict(zip((q["id"] for q in asked), pipeline.run([to_query(q) for q in asked]))) if asked else {}
+            for q in batch:
                 rec: dict[str, Any] = {"id": q["id"]}
                 rec.update({k: q["record"][k] for k in cfg.keep_fields if k in q["record"]})
                 rec["question"] = q["text"]
-                rec.update({k: a.get(k) for k in ("answer", "citations", "abstained", "own_answer", "answered_by", "query_triples")})
-                if pipeline.generator is None and q["task"] in ("mcq", "sd", "tf", "rec"):
-                    t = time.perf_counter()
-                    rec["prediction"] = _task_prediction(pipeline, q, a.get("query_triples"))
-                    a["timings"]["predict_s"] = round(time.perf_counter() - t, 4)
+                if q["task"] == "el":
+                    rec["prediction"] = links[q["id"]].to_dict()
+                    rec["timings"] = {"batch_s": round(time.perf_counter() - t0, 4), "batch_size": len(batch)}
+                    out.write(rec)
+                    done += 1
+                    continue
+                a = answers[q["id"]].to_dict()
+                if a.get("error"):
+                    continue  # a failed LLM request: not written, retried when the run resumes
+                rec.update({k: a.get(k) for k in ("answer", "prediction", "citations", "abstained", "own_answer", "answered_by",
+                                                  "query_triples")})
                 if cfg.evidence:
                     rec["evidence"] = a.get("evidence")
                 rec["timings"] = {**a.get("timings", {}), "batch_s": round(time.perf_counter() - t0, 4), "batch_size": len(batch)}

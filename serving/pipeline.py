@@ -1,58 +1,44 @@
-"""Question → (CoT triples) → Evidence → answer with citations. One pipeline for the API and batch.
+"""The one answering pipeline: question understanding → linking → retrieval → answer.
 
-Stages, each timed:
+Every front end — ``bencao ask``, ``bencao serve``, ``bencao infer``, ``bencao eval`` — builds
+:class:`~bencao.serving.tasks.Query` values and runs them through :meth:`AnswerPipeline.run`, from
+the same serving config, so what is evaluated is what is served. Stages, each optional, each its
+own ``bencao.llm`` client from config (no LLM → the stage's rule):
 
-1. ``cot``: when a CoT model is configured, the question is decomposed into query triples
-   (:mod:`bencao.serving.cot`) that drive micro retrieval; otherwise retrieval starts from the
-   question alone.
-2. ``retrieve``: :class:`bencao.retrieval.search.Retriever` assembles the Evidence.
-3. ``generate``: with a generator LLM configured, the prompt of :mod:`bencao.serving.answer` and
-   the reply parsed into answer + citations; with empty evidence, "not in the knowledge base"
-   (plus the model's own answer, marked, when ``answer.own_answer`` is on). With no generator the
-   LLM-free :class:`bencao.serving.graph_answerer.GraphAnswerer` answers from the same evidence.
+1. ``understand`` (LLM): typed mentions, keywords, patient information → linked beside or instead
+   of the dictionary mentions;
+2. ``cot`` (the fine-tuned CoT model): query triples in the SFT ``triples`` form → micro retrieval;
+3. ``planner`` (LLM): relation sequences from the graph's relation list → reasoning paths;
+4. retrieval (:class:`bencao.retrieval.search.Retriever`, which also runs the linker's selector /
+   scorer / synonym LLMs): the typed :class:`~bencao.retrieval.evidence.Evidence`;
+5. answer: the ``generator`` LLM with the task's template (qa with citations and the "not in the
+   knowledge base" rule, mcq / sd / tf with a parsable answer line, rec as a JSON recommendation),
+   or, with no generator, the LLM-free :class:`~bencao.serving.graph_answerer.GraphAnswerer` on the
+   same Evidence; ``answerer: none`` stops after retrieval.
 
-The graph store and the retriever are shared by every request: retrieval and graph answering run
-one at a time under a lock, LLM requests outside it (a local model takes its own lock; an endpoint
-serves several at once).
+LLM requests of a batch go out together (outside the lock); retrieval and graph answering run one
+at a time under a lock (one SQLite connection and index set per process).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bencao.config import field
 from bencao.errors import BencaoError
-from bencao.llm import LLMConfig
-from bencao.serving.answer import (
-    AnswerConfig,
-    build_messages,
-    citation,
-    evidence_dict,
-    is_empty,
-    not_in_kb,
-    own_answer_label,
-    own_answer_messages,
-    parse_reply,
-    references,
-)
-from bencao.serving.cot import CotConfig, CotDecomposer
-from bencao.serving import vllm_backend  # noqa: F401  (registers the in-process "vllm" LLM backend)
+from bencao.retrieval.evidence import Evidence
+from bencao.serving.answer import (build_messages, citation, not_in_kb, own_answer_label, own_answer_messages, parse_reply,
+                                   references)
+from bencao.serving.config import PipelineConfig
+from bencao.serving.cot import CotDecomposer
+from bencao.serving.tasks import Query, read_prediction
 
 
-@dataclass
-class PipelineConfig:
-    """What answers: retrieval recipe, optional CoT model, optional generator, prompt settings."""
-
-    retrieval_config: str | None = field(None, help="Retrieval recipe (YAML) for Retriever.from_config; default: the retriever's defaults.")
-    retrieval_overrides: list[str] = field(default_factory=list, help="key=value overrides of the retrieval recipe.")
-    generator: LLMConfig | None = field(None, help="Generator LLM (bencao.llm LLMConfig); null = the LLM-free graph answerer answers.")
-    cot: CotConfig = field(default_factory=CotConfig, help="CoT model that decomposes the question into query triples (off by default).")
-    answer: AnswerConfig = field(default_factory=AnswerConfig, help="Prompt assembly and answer presentation.")
-    model_name: str = field("bencao", help="Model id this service reports in /v1/models and in replies.")
+class GeneratorError(BencaoError):
+    """The generator LLM failed (after its retries): a server-side problem, not the user's."""
 
 
 def as_tuples(triples: list[Any] | None) -> list[tuple[str, str, str]] | None:
@@ -66,22 +52,40 @@ def as_tuples(triples: list[Any] | None) -> list[tuple[str, str, str]] | None:
     return out  # type: ignore[return-value]
 
 
-class GeneratorError(BencaoError):
-    """The generator LLM failed (after its retries): a server-side problem, not the user's."""
+@dataclass
+class Answer:
+    """What the pipeline says of one Query, with everything that produced it."""
 
+    query: Query
+    answer: str | None = None
+    prediction: dict[str, Any] | None = None  # what the metrics read (letters, ranking, true/false, items, text)
+    abstained: bool = False
+    citations: list[dict[str, Any]] = field(default_factory=list)
+    invalid_citations: list[int] = field(default_factory=list)
+    own_answer: str | None = None
+    answered_by: str = "none"  # graph | generator:<model> | none
+    evidence: Evidence | None = None
+    query_triples: list[Any] | None = None
+    understanding: dict[str, Any] | None = None
+    plan: dict[str, Any] | None = None
+    reply: str | None = None  # the generator's raw reply
+    usage: dict[str, int] | None = None
+    error: str | None = None  # a failed LLM request (the item can be retried)
+    cot_error: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
 
-class _WithTriples:
-    """A retriever view whose every retrieval uses the given query triples (the CoT model's)."""
-
-    def __init__(self, retriever: Any, triples: list[tuple[str, str, str]] | None):
-        self._retriever = retriever
-        self._triples = triples
-
-    def retrieve(self, question: str, query_triples: Any = None, options: list[str] | None = None) -> Any:
-        return self._retriever.retrieve(question, query_triples=query_triples or self._triples, options=options)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._retriever, name)
+    def to_dict(self) -> dict[str, Any]:
+        refs = references(self.evidence)
+        out = {"question": self.query.question, "task": self.query.task, "answer": self.answer, "prediction": self.prediction,
+               "abstained": self.abstained, "citations": self.citations, "invalid_citations": self.invalid_citations,
+               "own_answer": self.own_answer, "answered_by": self.answered_by,
+               "evidence": self.evidence.to_dict() if self.evidence is not None else None,
+               "references": [citation(r) for r in refs], "query_triples": self.query_triples, "timings": self.timings}
+        for k in ("understanding", "plan", "reply", "usage", "error", "cot_error"):
+            v = getattr(self, k)
+            if v:
+                out[k] = v
+        return out
 
 
 def _now() -> float:
@@ -89,24 +93,54 @@ def _now() -> float:
 
 
 class AnswerPipeline:
-    """Loads the graph, retriever and models once; answers questions (thread-safe)."""
+    """Loads the graph, retriever and models once; answers Queries (thread-safe).
 
-    def __init__(self, graph_dir: str | Path, cfg: PipelineConfig | None = None, *, retriever: Any = None,
-                 generator: Any = None, cot: CotDecomposer | None = None):
+    ``clients`` replaces the configured LLM of a stage by name (``understand``, ``cot``, ``planner``,
+    ``generator``); ``cache_dir`` gives every stage's client a response cache there unless its own
+    ``llm.cache`` says otherwise (``bencao eval`` uses it to resume and replay runs).
+    """
+
+    def __init__(self, graph_dir: str | Path | None, cfg: PipelineConfig | None = None, *, read_only: bool = True,
+                 retriever: Any = None, clients: dict[str, Any] | None = None, cache_dir: str | Path | None = None):
+        from bencao.llm import make_client
+        from bencao.retrieval.graph.store import Graph
+        from bencao.retrieval.linking import LinkerLLMs
+        from bencao.retrieval.search.retriever import Retriever
+        from bencao.serving.graph_answerer import GraphAnswerer
+        from bencao.serving.planner import PathPlanner
+        from bencao.serving.understand import QuestionUnderstanding
+
         self.cfg = cfg or PipelineConfig()
-        self.graph_dir = Path(graph_dir)
-        if retriever is None:
-            from bencao.retrieval.search import Retriever
+        self.cfg.validate()
+        if graph_dir is None and retriever is None and not (self.cfg.answer.closed_book and self.cfg.planner.llm is None):
+            raise BencaoError("the answering pipeline needs a graph directory (only a closed-book generator without a planner runs without one)")
+        self.graph_dir = Path(graph_dir) if graph_dir is not None else None
+        clients = dict(clients or {})
+        cache = str(Path(cache_dir) / "llm_cache.sqlite") if cache_dir else None
 
-            retriever = Retriever.from_config(self.graph_dir, self.cfg.retrieval_config, tuple(self.cfg.retrieval_overrides))
+        def client(name: str, llm_cfg: Any) -> Any:
+            if name in clients:
+                return clients[name]
+            return make_client(llm_cfg, default_cache=cache) if llm_cfg is not None else None
+
+        if retriever is None and self.graph_dir is not None:
+            graph = Graph.open(self.graph_dir, read_only=read_only)
+            lk = self.cfg.retrieval.linking
+            llms = LinkerLLMs(client("selector", lk.llm), client("scorer", lk.scorer.llm), None)
+            llms.synonyms = client("synonyms", lk.synonyms.llm) or llms.scorer or llms.selector
+            retriever = Retriever(graph, self.cfg.retrieval, llms=llms)
         self.retriever = retriever
-        if generator is None and self.cfg.generator is not None:
-            from bencao.llm import make_client
-
-            generator = make_client(self.cfg.generator)
-        self.generator = generator
-        self.cot = cot if cot is not None else CotDecomposer.from_config(self.cfg.cot)
-        self._graph_answerer: Any = None
+        self.generator = client("generator", self.cfg.generator)
+        cot_client = client("cot", self.cfg.cot.llm)
+        self.cot = CotDecomposer(cot_client, self.cfg.cot) if cot_client is not None else None
+        u = self.cfg.understand
+        und_client = client("understand", u.llm)
+        self.understander = QuestionUnderstanding(und_client, u.max_entities, u.prompts_dir) if und_client is not None else None
+        p = self.cfg.planner
+        plan_client = client("planner", p.llm)
+        self.planner = (PathPlanner(plan_client, self.retriever.g.relations(), max_paths=p.max_paths, max_hops=p.max_hops,
+                                    prompts_dir=p.prompts_dir) if plan_client is not None else None)
+        self.graph_answerer = GraphAnswerer(self.cfg.graph_answer, self.cfg.retrieval.question.stopwords)
         self._lock = threading.RLock()
 
     # -- descriptions
@@ -114,149 +148,196 @@ class AnswerPipeline:
     def model_name(self) -> str:
         return self.cfg.model_name
 
+    @property
+    def answerer(self) -> str:
+        a = self.cfg.answerer
+        if a == "auto":
+            return "generator" if self.generator is not None else "graph"
+        return a
+
     def info(self) -> dict[str, Any]:
+        linker = self.retriever.linker if self.retriever is not None else None
         return {
-            "graph": str(self.graph_dir),
-            "model": self.model_name,
-            "generator": getattr(self.generator, "model", None),
-            "cot_model": getattr(self.cot.client, "model", None) if self.cot else None,
-            "answerer": "generator" if self.generator is not None else "graph",
+            "graph": str(self.graph_dir) if self.graph_dir else None, "model": self.model_name, "answerer": self.answerer,
+            "generator": getattr(self.generator, "model", None), "cot_model": getattr(getattr(self.cot, "client", None), "model", None),
+            "stages": {"understand": self.understander is not None, "cot": self.cot is not None, "planner": self.planner is not None,
+                       "selector": linker.cfg.selector if linker else None, "scorer": bool(linker and linker.llms.scorer is not None),
+                       "synonyms": bool(linker and linker.llms.synonyms is not None), "generator": self.generator is not None},
         }
 
-    @property
-    def graph_answerer(self) -> Any:
-        if self._graph_answerer is None:
-            from bencao.serving.graph_answerer import GraphAnswerer
-
-            self._graph_answerer = GraphAnswerer(self.retriever)
-        return self._graph_answerer
-
-    # -- stages
-    def decompose(self, questions: list[str]) -> list[dict[str, Any]]:
-        if self.cot is None:
-            return [{"triples": None, "reasoning": None, "error": None} for _ in questions]
-        return self.cot.decompose_many(questions)
-
-    def retrieve(self, question: str, query_triples: list[Any] | None = None, options: list[str] | None = None) -> Any:
+    # -- single stages (front ends that need only one)
+    def link(self, mention: str, context: str | None = None) -> Any:
+        if self.retriever is None:
+            raise BencaoError("entity linking needs a graph (--graph DIR)")
         with self._lock:
-            return self.retriever.retrieve(question, query_triples=as_tuples(query_triples), options=options)
+            return self.retriever.link(mention, context)
 
     def retrieve_dict(self, question: str, query_triples: list[Any] | None = None, use_cot: bool = True,
                       options: list[str] | None = None) -> dict[str, Any]:
-        """Evidence as JSON (``/v1/retrieve``), with the query triples that drove it and timings."""
-        t0 = _now()
-        cot = self.decompose([question])[0] if (use_cot and query_triples is None) else {"triples": query_triples, "error": None}
-        t1 = _now()
-        ev = self.retrieve(question, cot["triples"], options)
-        t2 = _now()
-        return {"question": question, "query_triples": cot["triples"], "cot_error": cot.get("error"),
-                "evidence": evidence_dict(ev), "references": [citation(r) for r in references(ev)],
-                "timings": {"cot_s": round(t1 - t0, 4), "retrieve_s": round(t2 - t1, 4), "total_s": round(t2 - t0, 4)}}
+        """Evidence as JSON (``/v1/retrieve``): every stage up to retrieval, with timings."""
+        q = Query(question, candidates=list(options) if options else None,
+                  query_triples=query_triples if (query_triples is not None or not use_cot) else None)
+        if not use_cot and q.query_triples is None:
+            q.query_triples = []
+        a = self.run([q], answer=False)[0]
+        return {"question": question, "query_triples": a.query_triples, "cot_error": a.cot_error,
+                "evidence": a.evidence.to_dict() if a.evidence is not None else None,
+                "references": [citation(r) for r in references(a.evidence)], "understanding": a.understanding, "plan": a.plan,
+                "timings": a.timings}
 
     # -- answering
-    def answer(self, question: str, **params: Any) -> dict[str, Any]:
-        return self.answer_many([question], **params)[0]
+    def answer(self, question: str, *, task: str | None = None, options: dict[str, str] | None = None,
+               candidates: list[str] | None = None, **params: Any) -> dict[str, Any]:
+        """One question (the HTTP API's chat completion): raises :class:`GeneratorError` when the generator fails."""
+        a = self.run([Query(question, task=task or "qa", options=options, candidates=candidates)], **params)[0]
+        if a.error:
+            raise GeneratorError(f"generator failed: {a.error}")
+        return a.to_dict()
 
-    def answer_many(self, questions: list[str], options: list[list[str] | None] | None = None, **params: Any) -> list[dict[str, Any]]:
-        """Answer a batch: CoT requests batched, retrieval one by one, generation batched.
+    def run(self, queries: list[Query], *, answer: bool = True, **params: Any) -> list[Answer]:
+        """Answer a batch: LLM stages batched, retrieval one by one, answers batched.
 
-        ``options`` (one list or None per question: multiple-choice options, candidates) are linked
-        by retrieval as well. ``params`` (temperature, max_tokens, ...) go to the generator. Every
-        item carries ``timings`` in seconds (the batch-wide stages are shared out evenly).
+        ``params`` (temperature, max_tokens, ...) go to the generator. Each Answer carries
+        ``timings`` in seconds (batch-wide stages shared out evenly). A failed generator request
+        leaves ``error`` set on its Answer instead of raising, so a long run goes on.
         """
-        if not questions:
+        if not queries:
             return []
-        for q in questions:
-            if not isinstance(q, str) or not q.strip():
-                raise BencaoError("empty question")
-        n = len(questions)
-        t0 = _now()
-        cots = self.decompose(questions)
-        t_cot = (_now() - t0) / n
-        results: list[dict[str, Any]] = []
-        evidences = []
-        opts = list(options) if options is not None else [None] * n
-        for q, c, o in zip(questions, cots, opts):
+        n = len(queries)
+        out = [Answer(query=q) for q in queries]
+        questions = [q.question for q in queries]
+        langs = [q.language for q in queries]
+
+        t = _now()
+        und = self.understander.understand_many(questions, langs) if self.understander is not None else [None] * n
+        for a, u in zip(out, und):
+            a.understanding = u.to_dict() if u is not None else None
+        self._share(out, "understand_s", t)
+
+        t = _now()
+        need = [i for i, q in enumerate(queries) if q.query_triples is None]
+        for i, q in enumerate(queries):
+            out[i].query_triples = q.query_triples or None
+        if self.cot is not None and need:
+            for i, c in zip(need, self.cot.decompose_many([questions[i] for i in need])):
+                out[i].query_triples, out[i].cot_error = c["triples"], c.get("error")
+        self._share(out, "cot_s", t)
+
+        t = _now()
+        plans: list[Any] = [None] * n
+        if self.planner is not None:
+            ents = [[{"mention": m.text, "type": m.type} for m in (u.mentions if u is not None else [])] for u in und]
+            plans = self.planner.plan_many(questions, langs, ents)
+            for a, p in zip(out, plans):
+                a.plan = p.to_dict()
+        self._share(out, "plan_s", t)
+
+        for i, q in enumerate(queries):
             t = _now()
-            if self.generator is None:
+            if not self.cfg.answer.closed_book:
+                u, p = und[i], plans[i]
                 with self._lock:
-                    res = self._graph_answer(q, c["triples"])
-                results.append(res)
-                evidences.append(None)
-            else:
-                evidences.append(self.retrieve(q, c["triples"], o))
-                results.append({})
-            results[-1]["timings"] = {"cot_s": round(t_cot, 4), "retrieve_s": round(_now() - t, 4)}
-        if self.generator is not None:
+                    out[i].evidence = self.retriever.retrieve(
+                        q.question, query_triples=as_tuples(out[i].query_triples), options=q.option_texts(),
+                        mentions=u.mentions if u is not None else None,
+                        dictionary=u is None or self.cfg.understand.mode == "merge" or not u.mentions,
+                        planned_paths=p.paths if p is not None else None,
+                        planned_only=p is not None and bool(p.paths) and self.cfg.planner.mode == "instead")
+            out[i].timings["retrieve_s"] = round(_now() - t, 4)
+
+        if answer:
             t = _now()
-            gen = self._generate(questions, evidences, params)
-            t_gen = (_now() - t) / n
-            for r, g in zip(results, gen):
-                timings = r["timings"]
-                r.clear()
-                r.update(g)
-                r["timings"] = {**timings, "generate_s": round(t_gen, 4)}
-        for q, c, r in zip(questions, cots, results):
-            r["question"] = q
-            r["query_triples"] = c["triples"]
-            if c.get("error"):
-                r["cot_error"] = c["error"]
-            r["timings"]["total_s"] = round(sum(v for k, v in r["timings"].items() if k != "total_s"), 4)
-        return results
+            if self.answerer == "generator":
+                self._generate(out, params)
+            elif self.answerer == "graph":
+                with self._lock:
+                    for a in out:
+                        self._graph_answer(a)
+            self._share(out, "answer_s", t)
+        for a in out:
+            a.timings["total_s"] = round(sum(v for k, v in a.timings.items() if k != "total_s"), 4)
+        return out
 
-    def graph_answerer_for(self, query_triples: list[Any] | None) -> Any:
-        """The LLM-free answerer; with query triples, one whose retrieval is driven by them."""
-        if not query_triples:
-            return self.graph_answerer
-        from bencao.serving.graph_answerer import GraphAnswerer
+    def answer_many(self, queries: list[Query | str], **params: Any) -> list[dict[str, Any]]:
+        """``run`` for Queries or plain questions, as JSON-ready dicts."""
+        qs = [q if isinstance(q, Query) else Query(q) for q in queries]
+        return [a.to_dict() for a in self.run(qs, **params)]
 
-        return GraphAnswerer(_WithTriples(self.retriever, as_tuples(query_triples)), self.graph_answerer.cfg)
+    # -- answerers
+    @staticmethod
+    def _share(out: list[Answer], key: str, t0: float) -> None:
+        each = round((_now() - t0) / max(1, len(out)), 4)
+        for a in out:
+            a.timings[key] = each
 
-    def _graph_answer(self, question: str, query_triples: list[Any] | None) -> dict[str, Any]:
-        res = self.graph_answerer_for(query_triples).answer(question)
-        ev = res.get("evidence")
-        refs = references(ev)
-        abstained = bool(res.get("abstained"))
-        # The answerer's own fallback wording is English; say it in the question's language.
-        text = not_in_kb(question, self.cfg.answer) if abstained else str(res.get("answer") or "")
-        parsed = parse_reply(text, refs)
-        return {"answer": parsed.answer, "citations": parsed.citations, "invalid_citations": parsed.invalid_citations,
-                "abstained": abstained, "own_answer": None, "answered_by": "graph", "evidence": evidence_dict(ev),
-                "references": [citation(r) for r in refs]}
+    def _graph_answer(self, a: Answer) -> None:
+        """The LLM-free answer of one Query from its Evidence, in the question's language."""
+        q, ev, ga = a.query, a.evidence or Evidence(question=a.query.question), self.graph_answerer
+        a.answered_by = "graph"
+        if q.task in ("mcq", "sd"):
+            res = ga.answer_mcq(q.question, q.options or {}, ev)
+            a.prediction = {k: res[k] for k in ("answer", "ranking", "scores", "abstained")}
+            a.abstained = res["abstained"]
+            a.answer = ga.not_in_kb(q.question) if a.abstained else ", ".join(f"{k}. {q.options[k]}" for k in res["answer"])
+        elif q.task == "tf":
+            res = ga.answer_tf(q.question, ev)
+            a.prediction = dict(res)
+            a.abstained = res["abstained"]
+            zh = q.language == "zh"
+            a.answer = ga.not_in_kb(q.question) if a.abstained else (("正确" if res["answer"] else "错误") if zh else str(res["answer"]).lower())
+        elif q.task == "rec":
+            res = ga.rank_candidates(q.question, q.candidates, ev) if q.candidates else ga.recommend(q.question, ev)
+            a.prediction = dict(res)
+            a.abstained = res["abstained"]
+            items = res.get("selected", res.get("items")) or []
+            a.answer = ga.not_in_kb(q.question) if a.abstained else ("、" if q.language == "zh" else ", ").join(items)
+        else:
+            res = ga.answer(q.question, ev)
+            a.abstained = res["abstained"]
+            parsed = parse_reply(res["answer"], references(ev))
+            a.answer, a.citations, a.invalid_citations = parsed.answer, parsed.citations, parsed.invalid_citations
+            a.prediction = {"text": a.answer, "abstained": a.abstained, "support": res["support"]}
 
-    def _generate(self, questions: list[str], evidences: list[Any], params: dict[str, Any]) -> list[dict[str, Any]]:
+    def _generate(self, out: list[Answer], params: dict[str, Any]) -> None:
         from bencao.llm import LLMError
 
         acfg = self.cfg.answer
-        out: list[dict[str, Any] | None] = [None] * len(questions)
-        batch, slots = [], []
-        own_batch, own_slots = [], []
-        for i, (q, ev) in enumerate(zip(questions, evidences)):
-            refs = references(ev)
-            base = {"evidence": evidence_dict(ev), "references": [citation(r) for r in refs], "answered_by": f"generator:{self.generator.model}"}
-            if is_empty(ev):
-                out[i] = {**base, "answer": not_in_kb(q, acfg), "citations": [], "invalid_citations": [], "abstained": True, "own_answer": None}
-                if acfg.own_answer:
-                    own_batch.append(own_answer_messages(q, acfg))
-                    own_slots.append(i)
-            else:
-                out[i] = base
-                batch.append(build_messages(q, ev, acfg))
-                slots.append((i, refs))
+        model = getattr(self.generator, "model", "?")
+        batch, slots, own = [], [], []
+        for a in out:
+            a.answered_by = f"generator:{model}"
+            ev = a.evidence
+            if a.query.task == "qa" and not acfg.closed_book and (ev is None or ev.is_empty()):
+                a.answer, a.abstained = not_in_kb(a.query.question, acfg), True  # nothing to ground an answer in
+                a.prediction = {"text": a.answer, "abstained": True}
+                own.append(a)
+                continue
+            batch.append(build_messages(a.query, None if acfg.closed_book else ev, acfg))
+            slots.append(a)
         replies = self.generator.complete_many(batch, **params) if batch else []
-        for (i, refs), rep in zip(slots, replies):
+        for a, rep in zip(slots, replies):
             if isinstance(rep, LLMError):
-                raise GeneratorError(f"generator failed: {rep}")
-            parsed = parse_reply(rep.text, refs)
-            out[i].update({"answer": parsed.answer, "citations": parsed.citations, "invalid_citations": parsed.invalid_citations,
-                           "abstained": False, "own_answer": None, "usage": {"prompt_tokens": rep.prompt_tokens,
-                                                                              "completion_tokens": rep.completion_tokens}})
-        own = self.generator.complete_many(own_batch, **params) if own_batch else []
-        for i, rep in zip(own_slots, own):
-            if isinstance(rep, LLMError):
-                continue  # the plain "not in the knowledge base" answer stands
-            q = questions[i]
-            text = parse_reply(rep.text, []).answer
-            out[i]["own_answer"] = text
-            out[i]["answer"] = f"{out[i]['answer']}\n\n{own_answer_label(q, acfg)}\n{text}"
-        return [o for o in out if o is not None]
+                a.error = str(rep)
+                continue
+            a.reply = rep.text
+            a.usage = {"prompt_tokens": rep.prompt_tokens, "completion_tokens": rep.completion_tokens}
+            parsed = parse_reply(rep.text, references(a.evidence))
+            a.citations, a.invalid_citations = parsed.citations, parsed.invalid_citations
+            if a.query.task == "qa":
+                if parsed.not_in_kb:  # the evidence does not answer the question (iDISK2.0-RAG)
+                    a.answer, a.abstained, a.citations = not_in_kb(a.query.question, acfg), True, []
+                    own.append(a)
+                else:
+                    a.answer = parsed.answer
+                a.prediction = {"text": a.answer, "abstained": a.abstained}
+            else:
+                a.prediction = read_prediction(a.query, rep.text)
+                a.abstained = bool(a.prediction.get("abstained"))
+                a.answer = parsed.answer
+        if acfg.own_answer and own:
+            for a, rep in zip(own, self.generator.complete_many([own_answer_messages(a.query.question, acfg) for a in own], **params)):
+                if isinstance(rep, LLMError):
+                    continue  # the plain "not in the knowledge base" answer stands
+                text = parse_reply(rep.text, []).answer
+                a.own_answer = text
+                a.answer = f"{a.answer}\n\n{own_answer_label(a.query.question, acfg)}\n{text}"

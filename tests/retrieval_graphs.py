@@ -73,3 +73,41 @@ def build_tcm_graph(d: Path, index: dict | None = None) -> Graph:
     g.commit(b)
     update_indexes(g, index or LEXICAL_ONLY)
     return g
+
+
+def build_yaoshi_graph(d: Path, index: dict | None = None) -> Graph:
+    """Yaoshi-RAG's diet-therapy shape in miniature: symptoms ← constitution ← foods that suit it, foods with
+    nature/flavour attributes, a 古籍 snippet for each fact, and a catalogue hub every food is listed in."""
+    from bencao.retrieval.index import update_indexes
+
+    g = Graph.create(d)
+    b = g.builder(source="食疗测试.txt", kind="book", format="test-book", content_key="yaoshi-test-1", title="食疗本草测试")
+    book = b.section("食疗本草测试")
+    s_yin = b.section("阴虚质", parent=book)
+    s_foods = b.section("食物", parent=book)
+    p_yin = b.snippet(s_yin, "阴虚质者，手足心热，失眠多梦，口燥咽干。宜食百合、银耳，忌辛辣。")
+    p_baihe = b.snippet(s_foods, "百合，味甘，微寒。养阴润肺，清心安神，治虚烦惊悸、失眠多梦。")
+    p_yiner = b.snippet(s_foods, "银耳，味甘淡，平。滋阴润肺，养胃生津。")
+    p_lajiao = b.snippet(s_foods, "辣椒，味辛，热。温中散寒，阴虚火旺者忌食。")
+    yin = b.entity("阴虚质", "constitution", description="阴液亏少，以口燥咽干、手足心热等虚热表现为主要特征的体质。")
+    s1 = b.entity("手足心热", "symptom")
+    s2 = b.entity("失眠多梦", "symptom")
+    s3 = b.entity("口燥咽干", "symptom")
+    baihe = b.entity("百合", "food", attributes={"nature": "微寒", "flavour": ["甘"], "effects": ["养阴润肺", "清心安神"]})
+    yiner = b.entity("银耳", "food", attributes={"nature": "平", "flavour": ["甘", "淡"], "effects": ["滋阴润肺"]})
+    lajiao = b.entity("辣椒", "food", attributes={"nature": "热", "flavour": ["辛"], "contraindications": ["阴虚火旺"]})
+    catalog = b.entity("食物名录", "catalog")
+    for s in (s1, s2, s3):
+        b.triple(yin, "has_symptom", s, confidence=0.9, layer="book", origin="test", snippet=p_yin)
+    b.triple(baihe, "suits", yin, confidence=0.85, layer="book", origin="test", snippet=p_yin)
+    b.triple(yiner, "suits", yin, confidence=0.8, layer="book", origin="test", snippet=p_yin)
+    b.triple(baihe, "treats", s2, confidence=0.8, layer="book", origin="test", snippet=p_baihe)
+    b.triple(yiner, "has_effect", b.entity("滋阴润肺", "effect"), confidence=0.8, layer="book", origin="test", snippet=p_yiner)
+    b.triple(lajiao, "has_effect", b.entity("温中散寒", "effect"), confidence=0.8, layer="book", origin="test", snippet=p_lajiao)
+    b.relation("has_symptom", "a constitution shows the symptom", "constitution", "symptom")
+    b.relation("suits", "a food suits the constitution", "food", "constitution")
+    for food in (baihe, yiner, lajiao):
+        b.triple(food, "listed_in", catalog, confidence=1.0, layer="imported", origin="test")
+    g.commit(b)
+    update_indexes(g, index or LEXICAL_ONLY)
+    return g

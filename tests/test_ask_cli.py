@@ -29,12 +29,22 @@ def test_ask_json(graph_dir, capsys):
     assert set(obj) >= {"question", "answer", "evidence"} and obj["question"] == "大枣"
     assert obj["evidence"]["snippets"][0]["path"][0] == "神农本草经"
     assert obj["evidence"]["references"][0]["n"] == 1
+    assert {"names", "relations"} <= set(obj["evidence"]["paths"][0])
+
+
+def test_ask_answers_a_chinese_question_in_chinese(graph_dir, capsys):
+    assert main(["ask", "--graph", str(graph_dir), "山药有什么功效？"]) == 0
+    out = capsys.readouterr().out
+    answer = out.split("A:", 1)[1].split("Entities")[0]
+    assert "山药的功效：补中益气" in answer and "has effect" not in answer and "has_effect" not in answer
+    assert "山药 —功效→ 补中益气" in out  # paths with Chinese relation labels
 
 
 def test_ask_multiple_choice(graph_dir, capsys):
     assert main(["ask", "--graph", str(graph_dir), "--json", "山药的功效", "--option", "A=温中止血", "--option", "B=补中益气"]) == 0
     obj = json.loads(capsys.readouterr().out)
-    assert obj["answer"] == "B" and obj["ranking"][0] == "B"
+    assert obj["answer"] == "B. 补中益气" and obj["prediction"]["answer"] == ["B"] and obj["prediction"]["ranking"][0] == "B"
+    assert obj["task"] == "mcq" and obj["answered_by"] == "graph"
 
 
 def test_user_mistakes_are_one_line(graph_dir, tmp_path, capsys):

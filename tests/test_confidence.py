@@ -13,7 +13,7 @@ from ukge_helpers import FAST, DOUBTFUL, WARM, build_herb_graph, triple_key
 from bencao.cli import main
 from bencao.errors import BencaoError
 from bencao.retrieval.graph.confidence import (
-    UKGE, ConfidenceConfig, EvidenceConfig, Evidence, UKGEConfig, _module_class, calibrate_graph, combine, gather_evidence,
+    UKGE, ConfidenceConfig, SupportWeights, TripleSupport, UKGEConfig, _module_class, calibrate_graph, combine, gather_evidence,
     load_triples, reset_confidences, train_ukge,
 )
 
@@ -73,13 +73,13 @@ def test_same_seed_same_model_and_save_reload_identical(herb_graph, tmp_path):
 
 
 def test_evidence_pooling_in_log_odds():
-    cfg = EvidenceConfig()
-    lone = Evidence(prior=0.7, n_support=1, n_documents=1, curated=False, n_origins=1)
+    cfg = SupportWeights()
+    lone = TripleSupport(prior=0.7, n_support=1, n_documents=1, curated=False, n_origins=1)
     parts = combine(0.7, lone, cfg)
     assert parts["final"] == pytest.approx(0.7, abs=1e-9)  # model and prior agree, no extra evidence
-    more = combine(0.7, Evidence(0.7, 3, 2, False, 2), cfg)
+    more = combine(0.7, TripleSupport(0.7, 3, 2, False, 2), cfg)
     assert more["logit"] == pytest.approx(math.log(0.7 / 0.3) + 0.4 * math.log(3) + 0.4)
-    curated = combine(0.7, Evidence(0.7, 1, 1, True, 1), cfg)
+    curated = combine(0.7, TripleSupport(0.7, 1, 1, True, 1), cfg)
     assert more["final"] > parts["final"] and curated["final"] > parts["final"]
     assert combine(0.05, lone, cfg)["final"] < 0.4  # the model can pull a single extraction down
 
@@ -130,7 +130,7 @@ def test_reuse_model_and_errors(herb_graph, tmp_path):
         calibrate_graph(g, ConfidenceConfig(model=UKGEConfig(score="tanh")))
     calibrate_graph(g, ConfidenceConfig(model=FAST))
     mtime = (g.dir / "ukge" / "model.pt").stat().st_mtime_ns
-    s = calibrate_graph(g, ConfidenceConfig(model=FAST, evidence=EvidenceConfig(curated=3.0), reuse_model=True))
+    s = calibrate_graph(g, ConfidenceConfig(model=FAST, evidence=SupportWeights(curated=3.0), reuse_model=True))
     assert (g.dir / "ukge" / "model.pt").stat().st_mtime_ns == mtime and s["loss_first"] is not None
 
 

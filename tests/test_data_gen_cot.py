@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bencao.data_gen.cot import CotConfig, answers_match, run_cot
+from bencao.data_gen.cot import CotDistillConfig, answers_match, run_cot
 from bencao.data_gen.qa_input import read_qa
 from bencao.llm import LLMError
 from bencao.llm.cache import CachedClient
@@ -27,7 +27,7 @@ def _lines(path):
 def test_kg_paths_teacher_writes_well_formed_records_about_real_entities(graph_dir, tmp_path):
     q = write_questions(tmp_path / "q.jsonl")
     out = tmp_path / "out"
-    summary = run_cot(CotConfig(graph=str(graph_dir), input=str(q), output=str(out), teacher="kg-paths", progress=False))
+    summary = run_cot(CotDistillConfig(graph=str(graph_dir), input=str(q), output=str(out), teacher="kg-paths", progress=False))
     assert summary["total"] == 6 and summary["done"] == 4
     assert summary["skipped_by_reason"] == {"bad_record": 1, "answer_not_linked": 1}
     train, ev = _lines(out / "train.jsonl"), _lines(out / "eval.jsonl")
@@ -97,7 +97,7 @@ def test_llm_teacher_end_to_end_with_scripted_replies(graph_dir, tmp_path):
     q = write_questions(tmp_path / "q.jsonl", recs)
     out = tmp_path / "out"
     client = ScriptedClient(_teacher_script)
-    cfg = CotConfig(graph=str(g2), input=str(q), output=str(out), teacher="llm", languages=["zh"], progress=False, concurrency=2)
+    cfg = CotDistillConfig(graph=str(g2), input=str(q), output=str(out), teacher="llm", languages=["zh"], progress=False, concurrency=2)
     summary = run_cot(cfg, client=CachedClient(client, out / "llm_cache.sqlite"))
     assert summary["done"] == 1
     assert summary["skipped_by_reason"] == {"bad_record": 1, "unexpected_language": 2}
@@ -134,7 +134,7 @@ def test_judge_mismatch_and_endpoint_failures_are_skips(graph_dir, tmp_path):
         return _teacher_script(messages)
 
     q = write_questions(tmp_path / "q.jsonl", QUESTIONS[:2])
-    cfg = CotConfig(graph=str(graph_dir), input=str(q), output=str(tmp_path / "out"), teacher="llm", progress=False, write_personal=False)
+    cfg = CotDistillConfig(graph=str(graph_dir), input=str(q), output=str(tmp_path / "out"), teacher="llm", progress=False, write_personal=False)
     s = run_cot(cfg, client=ScriptedClient(script))
     assert s["done"] == 0 and s["skipped_by_reason"] == {"judge_mismatch": 1, "cot_decompose_llm_error": 1}
 
@@ -142,7 +142,7 @@ def test_judge_mismatch_and_endpoint_failures_are_skips(graph_dir, tmp_path):
 def test_resume_after_a_kill_has_no_duplicates_and_nothing_missing(graph_dir, tmp_path):
     qs = [dict(QUESTIONS[0], id=f"q{i}") for i in range(6)]
     q = write_questions(tmp_path / "q.jsonl", qs)
-    cfg = CotConfig(graph=str(graph_dir), input=str(q), output=str(tmp_path / "out"), teacher="llm", progress=False,
+    cfg = CotDistillConfig(graph=str(graph_dir), input=str(q), output=str(tmp_path / "out"), teacher="llm", progress=False,
                     write_personal=False, concurrency=1)
     asked = {"n": 0}
 

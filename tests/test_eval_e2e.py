@@ -103,18 +103,19 @@ def test_llm_free_system_answers_every_task(small_graph, bench_files, tmp_path, 
 def test_llm_system_with_retrieval_puts_graph_evidence_in_the_prompt(small_graph, bench_files, tmp_path):
     from bencao.evaluation.bench_format import load_bench
     from bencao.evaluation.runner import evaluate, read_predictions
-    from bencao.evaluation.systems import EvalConfig
-    from bencao.llm import LLMConfig
     from bencao.llm.local_server import create_app, serve_in_thread
+    from bencao.serving.config import load_serve_config
     from tests.llm_fixtures import ScriptedClient
 
     client = ScriptedClient(lambda messages: "答案：B", model="scripted")
     bench = load_bench(bench_files[0])  # herb_mcq: gold B for both
     with serve_in_thread(create_app(client)) as base_url:
-        cfg = EvalConfig(n_resamples=0, llm=LLMConfig(backend="openai", model="scripted", base_url=base_url, max_retries=0))
+        cfg = load_serve_config(None, ["n_resamples=0", "answerer=generator", "generator.backend=openai", "generator.model=scripted",
+                                       f"generator.base_url={base_url}", "generator.max_retries=0", "retrieval.index.dense_kinds=[]"])
         m = evaluate([bench], "llm", small_graph, tmp_path / "out", cfg, progress=False)
     assert m["herb_mcq"]["accuracy"] == 1.0 and m["herb_mcq"]["evidence_contains_gold"] == 1.0
     prompt = next(c[-1]["content"] for c in client.calls if "人参的性味" in c[-1]["content"])
     assert prompt.startswith("参考资料：") and "味甘，微寒" in prompt.split("问题：")[0]  # 人参's entry, before the question
+    assert "[1] 神农本草经 › " in prompt  # numbered like every generator prompt
     pred = read_predictions(tmp_path / "out")["herb_mcq/m1"]
     assert pred["evidence"]["snippet_ids"] and pred["extra"]["reply"] == "答案：B"

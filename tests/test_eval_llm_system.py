@@ -10,8 +10,8 @@ from pathlib import Path
 from bencao.cli import main
 from bencao.evaluation.bench_format import load_bench
 from bencao.evaluation.runner import evaluate, read_predictions
-from bencao.evaluation.systems import EvalConfig
-from bencao.llm import LLMConfig, LLMError
+from bencao.llm import LLMError
+from bencao.serving.config import load_serve_config
 from bencao.llm.local_server import create_app, serve_in_thread
 from tests.llm_fixtures import ScriptedClient, save_tiny_model
 
@@ -30,13 +30,13 @@ def test_closed_book_with_a_tiny_local_model_through_the_cli(tmp_path, capsys):
     bench = write(tmp_path / "mcq_zh.jsonl", MCQ[:3])
     out = tmp_path / "out"
     args = ["eval", "-b", str(bench), "--system", "llm", "--no-retrieval", "--out", str(out), "--no-progress",
-            "--set", "llm.backend=local-hf", "--set", f"llm.model={model}", "--set", "llm.max_tokens=6",
-            "--set", "llm.temperature=0", "--set", "llm.device=cpu", "--set", "n_resamples=0"]
+            "--llm", str(model), "--set", "generator.max_tokens=6",
+            "--set", "generator.temperature=0", "--set", "generator.device=cpu", "--set", "n_resamples=0"]
     assert main(args) == 0, capsys.readouterr().err
     preds = read_predictions(out)
     assert len(preds) == 3
     for p in preds.values():
-        assert isinstance(p["extra"]["reply"], str) and p["extra"]["model"]
+        assert isinstance(p["extra"]["reply"], str) and p["extra"]["answered_by"] == f"generator:{model}"
         assert p["evidence"] == {} and p["evidence_contains_gold"] is None  # closed book: no evidence
         assert p["prediction"]["abstained"] == (p["prediction"]["answer"] == [])
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["mcq_zh"]
@@ -63,8 +63,9 @@ def test_scripted_endpoint_exact_scores_failures_and_resume(tmp_path):
     client = ScriptedClient(reply, model="scripted-teacher")
     benches = [load_bench(write(tmp_path / "mcq_zh.jsonl", MCQ)), load_bench(write(tmp_path / "tf_zh.jsonl", TF))]
     with serve_in_thread(create_app(client)) as base_url:
-        cfg = EvalConfig(no_retrieval=True, n_resamples=0, batch_size=4,
-                         llm=LLMConfig(backend="openai", model="scripted-teacher", base_url=base_url, max_retries=0, backoff_s=0.0))
+        cfg = load_serve_config(None, ["answer.closed_book=true", "n_resamples=0", "batch_size=4", "answerer=generator",
+                                       "generator.backend=openai", "generator.model=scripted-teacher", f"generator.base_url={base_url}",
+                                       "generator.max_retries=0", "generator.backoff_s=0"])
         out = tmp_path / "out"
         first = evaluate(benches, "llm", None, out, cfg, progress=False)
         assert first["mcq_zh"]["missing"] == 1 and first["mcq_zh"]["n"] == 5  # q5 failed: not written

@@ -12,7 +12,13 @@ from bencao.cli import main
 from bencao.errors import BencaoError
 from bencao.evaluation.bench_format import load_bench
 from bencao.evaluation.runner import evaluate, read_predictions
-from bencao.evaluation.systems import EvalConfig, RandomSystem, make_system
+from bencao.evaluation.systems import RandomSystem, make_system
+from bencao.serving.config import load_serve_config
+
+
+def EvalConfig(**settings):  # noqa: N802 - reads like the config it builds
+    """The serving config with eval.* settings (``bencao eval --set seed=1``)."""
+    return load_serve_config(None, [f"{k}={v}" for k, v in settings.items()])
 
 
 def write_bench(path: Path, n: int = 25, task: str = "mcq") -> Path:

@@ -223,23 +223,6 @@ def test_bad_mentions_are_one_line_errors(demo):
         linker.link("a" * 10_000)
 
 
-def test_llm_selector_and_synonym_retry_use_the_client(onions):
-    prompts: list[str] = []
-
-    def llm(prompt: str) -> str:
-        prompts.append(prompt)
-        if prompt.startswith("Give up to 5 synonyms"):
-            return "minced beef\nbeef (ground)"
-        return '{"choice": -1, "confidence": 0.9, "rationale": "none fits"}'
-
-    linker = EntityLinker(onions, LinkingConfig(selector="llm"), llm=llm)
-    r = linker.link("onion")
-    assert r.abstained and "no match" in r.rationale and r.retried
-    assert any("Candidates:" in p for p in prompts) and any(p.startswith("Give up to 5 synonyms") for p in prompts)
-    with pytest.raises(BencaoError, match="needs an LLM"):
-        EntityLinker(onions, LinkingConfig(selector="llm"))
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(1800)  # a cold embedding cache: ~32k FoodOn entity texts through MiniLM on 2 cores
 def test_cafeteria_dev_acc_at_1_full_foodon(tmp_path):

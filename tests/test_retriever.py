@@ -27,43 +27,43 @@ def test_chinese_question_in_traditional_script(tcm):
     r = Retriever(tcm)
     ev = r.retrieve("山藥有什麼功效？")  # traditional script; the graph stores simplified
     shanyao = tcm.find_entity_id("山药")
-    assert [e["id"] for e in ev.entities][0] == shanyao
-    assert ev.entities[0]["mention"] and ev.entities[0]["confidence"] >= 0.9
-    rels = {(t["head"], t["relation"], t["tail"]) for t in ev.triples}
+    assert [e.id for e in ev.entities][0] == shanyao
+    assert ev.entities[0].mention and ev.entities[0].confidence >= 0.9
+    rels = {(t.head, t.relation, t.tail) for t in ev.triples}
     assert ("山药", "has_effect", "补中益气") in rels
-    assert all(0.0 <= t["confidence"] <= 1.0 for t in ev.triples)
+    assert all(0.0 <= t.confidence <= 1.0 for t in ev.triples)
     top = ev.snippets[0]
-    assert top["path"] == ["神农本草经", "卷上", "山药"] and "补中益气" in top["text"]
-    assert ev.paths and ev.paths[0]["entities"][0] == shanyao and ev.paths[0]["score"] > 0
+    assert top.path == ["神农本草经", "卷上", "山药"] and "补中益气" in top.text
+    assert ev.paths and ev.paths[0].entities[0] == shanyao and ev.paths[0].score > 0
     assert "补中益气" in ev.text()
     refs = ev.references()
-    assert refs[0]["n"] == 1 and refs[0]["snippet_id"] == top["id"] and refs[0]["heading"] == "神农本草经 › 卷上 › 山药"
+    assert refs[0]["n"] == 1 and refs[0]["snippet_id"] == top.id and refs[0]["heading"] == "神农本草经 › 卷上 › 山药"
 
 
 def test_paths_connect_two_linked_entities(tcm):
     ev = Retriever(tcm).retrieve("山药和大枣有什么共同点？")
-    connecting = [p for p in ev.paths if p["connects"]]
+    connecting = [p for p in ev.paths if p.connects]
     assert connecting, ev.paths
-    assert {"山药", "大枣"} == {connecting[0]["names"][0], connecting[0]["names"][-1]}
-    assert connecting[0]["names"][1] == "甘"  # both are sweet
-    assert connecting[0]["confidence_product"] == pytest.approx(0.81)
+    assert {"山药", "大枣"} == {connecting[0].names[0], connecting[0].names[-1]}
+    assert connecting[0].names[1] == "甘"  # both are sweet
+    assert connecting[0].confidence_product == pytest.approx(0.81)
 
 
 def test_micro_retrieval_with_query_triples(tcm):
     ev = Retriever(tcm).retrieve("哪味药温中？", query_triples=[("干姜", "has_effect", "温中止血")])
-    micro = [t for t in ev.triples if "micro" in t["via"]]
-    assert micro[0]["tail"] == "温中止血"
-    assert micro[0]["snippet_ids"] and any(s["id"] in micro[0]["snippet_ids"] for s in ev.snippets)
+    micro = [t for t in ev.triples if "micro" in t.via]
+    assert micro[0].tail == "温中止血"
+    assert micro[0].snippet_ids and any(s.id in micro[0].snippet_ids for s in ev.snippets)
 
 
 def test_anchored_triples_are_the_linked_entities_most_confident(tcm):
     cfg = load_retrieval_config(None, ["macro.enabled=false", "paths.enabled=false", "micro.anchored_triples=2"])
     ev = Retriever(tcm, cfg).retrieve("山药")
     shanyao = tcm.find_entity_id("山药")
-    anchored = [t for t in ev.triples if "anchored" in t["via"]]
+    anchored = [t for t in ev.triples if "anchored" in t.via]
     best = sorted(tcm.triples_of(shanyao), key=lambda t: -t["confidence"])
-    assert [t["id"] for t in anchored] and {t["id"] for t in anchored} <= {t["id"] for t in best}
-    assert min(t["confidence"] for t in anchored) >= best[len(anchored) - 1]["confidence"]
+    assert [t.id for t in anchored] and {t.id for t in anchored} <= {t["id"] for t in best}
+    assert min(t.confidence for t in anchored) >= best[len(anchored) - 1]["confidence"]
     assert tcm.get_triples_by_rowid([]) == {}
 
 
@@ -82,8 +82,8 @@ def test_evidence_json_roundtrip_and_budget(tcm):
 def test_therapy_retrieval_descends_the_section_tree(tcm):
     cfg = load_retrieval_config(None, ["micro.enabled=false", "macro.enabled=false", "paths.enabled=false"])
     ev = Retriever(tcm, cfg).retrieve("温中止血")
-    assert ev.snippets and all("therapy" in s["via"] for s in ev.snippets)
-    assert ev.snippets[0]["path"] == ["神农本草经", "卷中", "干姜"]
+    assert ev.snippets and all("therapy" in s.via for s in ev.snippets)
+    assert ev.snippets[0].path == ["神农本草经", "卷中", "干姜"]
 
 
 def test_bad_questions_are_clear_errors(tcm, tmp_path):
@@ -118,6 +118,6 @@ def test_two_layers_linked_below_delta(tmp_path):
     cfg = RetrievalConfig()
     cfg.question.dense_entities = 0
     ev = Retriever(g, cfg).retrieve("patient cannot fall asleep at night")
-    names = {e["name"]: e for e in ev.entities}
-    assert "insomnia" in names and "layer-link" in names["insomnia"]["via"]
+    names = {e.name: e for e in ev.entities}
+    assert "insomnia" in names and "layer-link" in names["insomnia"].via
     g.close()

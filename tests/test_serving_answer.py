@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from bencao.retrieval.evidence import Evidence
+from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
 from bencao.serving.answer import AnswerConfig, build_messages, not_in_kb, parse_reply, references, sources_block
 from bencao.serving.cot import parse_triples
+from bencao.serving.tasks import Query
 
 
 def _evidence() -> Evidence:
     return Evidence(
         question="大枣的性味是什么？",
-        entities=[{"id": "E1", "name": "大枣", "type": "substance", "score": 1.0,
-                   "attributes": {"flavour": ["甘"], "effects": ["补中益气", "养血安神"], "contraindications": ["湿盛中满者慎用"]}}],
-        triples=[{"id": "T1", "head": "大枣", "relation": "has_flavour", "tail": "甘", "confidence": 0.9, "score": 0.8}],
-        paths=[{"text": "大枣 —has_flavour→ 甘", "score": 0.734, "names": ["大枣", "甘"]}],
+        entities=[LinkedEntity(id="E1", name="大枣", type="substance", score=1.0,
+                               attributes={"flavour": ["甘"], "effects": ["补中益气", "养血安神"], "contraindications": ["湿盛中满者慎用"]})],
+        triples=[TripleHit(id="T1", head_id="E1", head="大枣", relation="has_flavour", tail_id="E2", tail="甘", confidence=0.9, score=0.8)],
+        paths=[PathHit(entities=["E1", "E2"], names=["大枣", "甘"], relations=["has_flavour"], triple_ids=["T1"], confidences=[0.9],
+                       text="大枣 —has_flavour→ 甘", score=0.734)],
         snippets=[
-            {"id": "P1", "text": "味甘，平。主心腹邪气，安中养脾。", "path": ["神农本草经", "卷一", "上经", "大枣"], "score": 0.9},
-            {"id": "P2", "text": "枣，味甘，温。", "path": ["食疗本草", "卷上", "枣"], "score": 0.5},
+            SnippetHit(id="P1", text="味甘，平。主心腹邪气，安中养脾。", path=["神农本草经", "卷一", "上经", "大枣"], score=0.9),
+            SnippetHit(id="P2", text="枣，味甘，温。", path=["食疗本草", "卷上", "枣"], score=0.5),
+            SnippetHit(id="P3", text="大枣甘平，补中。", path=["推理", "大枣"], score=0.1, document_kind="reasoning"),
         ],
     )
 
 
 def test_prompt_lays_out_task_question_paths_triples_attributes_and_numbered_snippets():
-    msgs = build_messages("大枣的性味是什么？", _evidence())
+    msgs = build_messages(Query("大枣的性味是什么？"), _evidence())
     assert [m["role"] for m in msgs] == ["system", "user"]
     user = msgs[1]["content"]
     assert "问题：大枣的性味是什么？" in user
@@ -33,6 +36,7 @@ def test_prompt_lays_out_task_question_paths_triples_attributes_and_numbered_sni
     assert "contraindications: 湿盛中满者慎用" in user and "effects: 补中益气、养血安神" in user
     assert "[1] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，平。主心腹邪气，安中养脾。" in user
     assert "[2] 食疗本草 › 卷上 › 枣: 枣，味甘，温。" in user
+    assert "[3] 推理 › 大枣 （模型生成的推理，非原文）: 大枣甘平，补中。" in user  # teacher reasoning is cited as generated
     # ordered: paths before triples before snippets, the answer cue last
     assert user.index("P1.") < user.index("(大枣, has_flavour") < user.index("[1] ") < user.rindex("回答")
     assert "[1]" in msgs[0]["content"]  # the system prompt asks for bracketed citations
@@ -40,7 +44,7 @@ def test_prompt_lays_out_task_question_paths_triples_attributes_and_numbered_sni
 
 def test_prompt_language_follows_question_and_limits_apply():
     ev = _evidence()
-    en = build_messages("What is the flavour of jujube?", ev, AnswerConfig(max_snippets=1, max_snippet_chars=4))[1]["content"]
+    en = build_messages(Query("What is the flavour of jujube?"), ev, AnswerConfig(max_snippets=1, max_snippet_chars=4))[1]["content"]
     assert en.startswith("Task: answer the question")
     assert "Question: What is the flavour of jujube?" in en
     assert "[1] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，平…" in en
@@ -49,10 +53,11 @@ def test_prompt_language_follows_question_and_limits_apply():
 
 def test_references_carry_snippet_id_heading_and_text():
     refs = references(_evidence())
-    assert [(r["n"], r["snippet_id"]) for r in refs] == [(1, "P1"), (2, "P2")]
+    assert [(r["n"], r["snippet_id"], r["generated"]) for r in refs] == [(1, "P1", False), (2, "P2", False), (3, "P3", True)]
     assert refs[0]["path"] == ["神农本草经", "卷一", "上经", "大枣"] and refs[0]["text"].startswith("味甘")
     # the JSON form (as /v1/retrieve returns it) numbers the same way
-    assert [r["snippet_id"] for r in references(Evidence.from_dict(_evidence().to_dict()))] == ["P1", "P2"]
+    back = Evidence.from_dict(_evidence().to_dict())
+    assert [r["snippet_id"] for r in references(back)] == ["P1", "P2", "P3"] and back == _evidence()
 
 
 @pytest.mark.parametrize(
@@ -63,6 +68,7 @@ def test_references_carry_snippet_id_heading_and_text():
         ("Sweet [1, 2] and neutral [1-2].", [1, 2], []),
         ("味甘[1，2]", [1, 2], []),
         ("味甘 [7] 平 [2]", [2], [7]),
+        ("NOT_IN_KB 证据不涉及此问 [1]", [1], []),
         ("<think>maybe [1]</think>味甘。", [], []),
         ("no citations at all", [], []),
     ],
@@ -82,6 +88,8 @@ def test_sources_block_and_not_in_kb_wording():
     assert sources_block("大枣？", cites) == "来源:\n[2] 食疗本草 › 卷上 › 枣"
     assert sources_block("jujube?", cites).startswith("Sources:\n[2] ")
     assert sources_block("jujube?", []) == ""
+    gen = parse_reply("甘[3]", refs).citations
+    assert gen[0]["generated"] and sources_block("大枣？", gen) == "来源:\n[3] 推理 › 大枣 （模型生成的推理，非原文）"
     assert "知识库" in not_in_kb("大枣的性味是什么？") and "knowledge base has nothing" in not_in_kb("What is X?")
     assert "knowledge base" in not_in_kb("大枣？", AnswerConfig(language="en"))
 

@@ -99,6 +99,5 @@ def export_cmd(
             typer.echo(f"upload plan written to {plan_path}")
 
 
-def mount(app: typer.Typer) -> None:
-    app.add_typer(train_app, name="train")
-    app.command("export")(export_cmd)
+export_app = typer.Typer()
+export_app.command("export")(export_cmd)

@@ -50,7 +50,7 @@ class LLMError(BencaoError):
 class LLMConfig:
     """Which LLM to ask and how. One block of every data-generation recipe."""
 
-    backend: str = cfg_field("openai", help="Backend name: openai (any OpenAI-compatible HTTP endpoint) | local-hf (transformers).")
+    backend: str = cfg_field("openai", help="Backend name: openai (any OpenAI-compatible HTTP endpoint) | local-hf (transformers) | vllm (in-process vLLM, CUDA).")
     model: str = cfg_field("Qwen/Qwen2.5-72B-Instruct", help="Model id sent to the endpoint, or a local path for local-hf.")
     base_url: str | None = cfg_field(None, help="Endpoint base URL, e.g. http://127.0.0.1:8000/v1; default: $BENCAO_LLM_BASE_URL or $OPENAI_BASE_URL.")
     api_key_env: str = cfg_field("OPENAI_API_KEY", help="Environment variable holding the API key ('EMPTY' is sent when unset, as vLLM expects).")

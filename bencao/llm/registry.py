@@ -39,6 +39,13 @@ def _local_hf(cfg: LLMConfig) -> LLMClient:
     return LocalHFClient.from_config(cfg)
 
 
+@register_backend("vllm")
+def _vllm(cfg: LLMConfig) -> LLMClient:
+    from bencao.llm.vllm_backend import VLLMClient  # vLLM itself is imported only here, on a CUDA machine
+
+    return VLLMClient.from_config(cfg)
+
+
 def make_client(cfg: LLMConfig, default_cache: str | Path | None = None) -> LLMClient:
     """The configured backend, behind the response cache unless ``cache: none``."""
     if cfg.backend not in BACKENDS:

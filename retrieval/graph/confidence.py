@@ -6,7 +6,7 @@ rectifier (``clamp(w·p + b, 0, 1)``) function. It is trained as a regression: o
 towards their stored confidence, sampled corruptions towards 0.
 
 The final confidence of a triple pools, in log-odds, the model's plausibility with evidence the
-store already holds in ``triple_sources`` (see :class:`EvidenceConfig`)::
+store already holds in ``triple_sources`` (see :class:`SupportWeights`)::
 
     logit(final) = w_model·logit(model) + w_prior·logit(prior)
                  + w_support·ln(n_support) + w_curated·[curated] + w_agreement·(n_origins − 1) + bias
@@ -62,7 +62,7 @@ class UKGEConfig:
 
 
 @dataclass
-class EvidenceConfig:
+class SupportWeights:
     model: float = field(0.5, help="Weight of logit(UKGE score).")
     prior: float = field(0.5, help="Weight of logit(prior): the store's confidence, the max over the triple's sources.")
     support: float = field(0.4, help="Weight of ln(n_support): independent supports = distinct snippets + distinct documents with snippet-less rows.")
@@ -76,7 +76,7 @@ class EvidenceConfig:
 @dataclass
 class ConfidenceConfig:
     model: UKGEConfig = field(default_factory=UKGEConfig, help="UKGE model and training.")
-    evidence: EvidenceConfig = field(default_factory=EvidenceConfig, help="Weights that combine the model with the store's evidence.")
+    evidence: SupportWeights = field(default_factory=SupportWeights, help="Weights that combine the model with the store's evidence.")
     layers: list[str] = field(default_factory=lambda: list(OBSERVED_LAYERS), help="Layers whose triples are trained on and re-scored.")
     reuse_model: bool = field(False, help="Use the model saved with the graph instead of training a new one (e.g. after changing evidence weights).")
 
@@ -405,7 +405,7 @@ class _NegativeSampler:
 
 
 @dataclass
-class Evidence:
+class TripleSupport:
     prior: float          # max source confidence
     n_support: int        # distinct snippets + distinct documents with snippet-less rows
     n_documents: int
@@ -413,9 +413,9 @@ class Evidence:
     n_origins: int
 
 
-def gather_evidence(g: Any, triple_ids: list[str], curated_kinds: list[str]) -> dict[str, Evidence]:
+def gather_evidence(g: Any, triple_ids: list[str], curated_kinds: list[str]) -> dict[str, TripleSupport]:
     """Summarise each triple's ``triple_sources`` rows (read only)."""
-    out: dict[str, Evidence] = {}
+    out: dict[str, TripleSupport] = {}
     kinds = set(curated_kinds)
     rows = g.conn.execute(
         "SELECT triple_id, MAX(confidence), COUNT(DISTINCT snippet_id), "
@@ -425,7 +425,7 @@ def gather_evidence(g: Any, triple_ids: list[str], curated_kinds: list[str]) -> 
     for tid, prior, n_snip, n_rec_docs, n_docs, kind_list, n_orig in rows:
         if tid in wanted:
             ks = set((kind_list or "").split(","))
-            out[tid] = Evidence(float(prior), int(n_snip) + int(n_rec_docs), int(n_docs), bool(ks & kinds), int(n_orig))
+            out[tid] = TripleSupport(float(prior), int(n_snip) + int(n_rec_docs), int(n_docs), bool(ks & kinds), int(n_orig))
     return out
 
 
@@ -434,7 +434,7 @@ def _logit(p: float, eps: float) -> float:
     return math.log(p / (1.0 - p))
 
 
-def combine(model_score: float, ev: Evidence, cfg: EvidenceConfig) -> dict[str, float]:
+def combine(model_score: float, ev: TripleSupport, cfg: SupportWeights) -> dict[str, float]:
     """Pool the model's score and the stored evidence in log-odds; returns the final value and each term."""
     terms = {
         "model": cfg.model * _logit(model_score, cfg.eps),
@@ -473,11 +473,11 @@ def calibrate_graph(g: Any, cfg: ConfidenceConfig, progress: ProgressFn | None =
     before, after, unscored = [], [], 0
     for tid, s, target in zip(data.triple_ids, scores, data.targets):
         conf, attrs_json = current[tid]
-        ev = evidence.get(tid) or Evidence(float(target), 1, 1, False, 1)
+        ev = evidence.get(tid) or TripleSupport(float(target), 1, 1, False, 1)
         if np.isnan(s):  # a reused model that has not seen this triple's entities: evidence only
             unscored += 1
             s_val = None
-            parts = combine(0.5, ev, EvidenceConfig(**{**asdict(cfg.evidence), "model": 0.0}))
+            parts = combine(0.5, ev, SupportWeights(**{**asdict(cfg.evidence), "model": 0.0}))
         else:
             s_val = float(s)
             parts = combine(s_val, ev, cfg.evidence)

@@ -645,7 +645,7 @@ _TRIPLE_SELECT = (
     "JOIN entities h ON h.id = t.head_id JOIN entities x ON x.id = t.tail_id"
 )
 _SNIPPET_SELECT = (
-    "SELECT p.*, s.path AS path, s.title AS section_title, d.title AS document_title, d.source AS document_source FROM snippets p "
+    "SELECT p.*, s.path AS path, s.title AS section_title, d.title AS document_title, d.source AS document_source, d.kind AS document_kind FROM snippets p "
     "JOIN sections s ON s.id = p.section_id JOIN documents d ON d.id = p.document_id"
 )
 

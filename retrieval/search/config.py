@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from bencao.config import field, load_config
+from bencao.config import field
 from bencao.retrieval.index.build import IndexConfig
 from bencao.retrieval.linking import LinkingConfig
-from bencao.serving.graph_answerer import AnswererConfig
 
 
 @dataclass
@@ -30,6 +29,10 @@ class MicroConfig:
     k_triples: int = field(10, help="Nearest triples per query (dense + lexical fused).")
     anchored_triples: int = field(20, help="Triples incident to the linked entities, by confidence.")
     snippets_per_triple: int = field(2, help="Source snippets kept per retrieved triple (triple_sources).")
+    prefer_layers: list[str] = field(default_factory=list,
+                                     help="Triple layers recalled first, with their own top-k (TCM-DiffRAG recalls the personalized layer, "
+                                          "G_style, before the book graph): e.g. [personal]. Empty = one pass over every layer.")
+    k_preferred: int = field(5, help="Nearest triples taken from prefer_layers before the pass over every layer.")
 
 
 @dataclass
@@ -46,7 +49,10 @@ class PathsConfig:
     enabled: bool = field(True, help="Reasoning paths from the linked entities (Yaoshi-RAG).")
     max_hops: int = field(2, help="Longest relation path.")
     n_patterns: int = field(30, help="Most frequent relation sequences (mined from the graph) that paths may follow.")
-    planner: str = field("mined", help="Relation-path planner: mined (frequent sequences) or llm (needs an LLM).")
+    hub_degree: int = field(100, help="An entity with more triples than this is a hub (a catalogue, a flavour shared by hundreds of "
+                                      "herbs, an is_a root): paths may end at it but never pass through it.")
+    hub_penalty: bool = field(True, help="Scale PathScore by the inverse log-degree of each middle entity, so paths through "
+                                         "specific entities rank above paths through common ones.")
     max_paths: int = field(400, help="Paths enumerated before scoring.")
     neighbour_limit: int = field(30, help="One-hop neighbours per path entity added to the PageRank subgraph.")
     damping: float = field(0.85, help="PageRank damping factor.")
@@ -55,10 +61,8 @@ class PathsConfig:
 
 @dataclass
 class LayersConfig:
-    enabled: bool = field(True, help="Two-layer links (MLKG): follow stored cross-layer links of linked entities.")
-    delta: float = field(0.35, help="Cosine distance below which link_layers connects an entity to its nearest entity of the other layer.")
-    source_layer: str = field("case", help="Layer whose entities are linked (link_layers).")
-    target_layer: str = field("terminology", help="Layer linked to.")
+    enabled: bool = field(True, help="Two-layer links (MLKG): follow stored cross-layer links of linked entities "
+                                     "(written by `bencao graph link-layers`).")
     therapy: bool = field(True, help="Top-down 'therapy retrieval' through the section tree (book → chapter → section).")
     beam: int = field(2, help="Sections kept at each level of the top-down descent.")
     therapy_snippets: int = field(3, help="Snippets taken from the leaf sections reached.")
@@ -69,6 +73,10 @@ class EvidenceConfig:
     token_budget: int = field(2500, help="Evidence is trimmed to this many tokens (bencao.text.count_tokens).")
     max_entities: int = field(12, help="Linked entities kept.")
     max_triples: int = field(30, help="Triples kept.")
+    attribute_types: list[str] = field(default_factory=lambda: ["food", "dish", "substance", "herb"],
+                                       help="Entities of these types that reasoning paths reach join the evidence with their "
+                                            "attributes (nature, flavour, effects, contraindications), so a generator can use them.")
+    max_path_entities: int = field(6, help="Most such path-reached entities added.")
 
 
 @dataclass
@@ -81,14 +89,31 @@ class RetrievalConfig:
     paths: PathsConfig = field(default_factory=PathsConfig, help="Reasoning paths and PageRank.")
     layers: LayersConfig = field(default_factory=LayersConfig, help="Two-layer links and therapy retrieval.")
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig, help="Assembly under a token budget.")
-    answer: AnswererConfig = field(default_factory=AnswererConfig, help="LLM-free answers (bencao ask): scoring weights, thresholds, intent table.")
 
-
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "retrieval" / "default.yaml"
 
 
 def load_retrieval_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RetrievalConfig:
-    """Read a retrieval YAML (the built-in defaults when ``path`` is None) with ``key=value`` overrides."""
-    cfg = load_config(RetrievalConfig, path, overrides)
+    """Read a retrieval YAML (the built-in defaults when ``path`` is None) with ``key=value`` overrides.
+
+    ``path`` may also be a serving recipe: its ``retrieval`` section is used (a mapping, or the path of
+    a retrieval YAML), so ``bencao link`` takes the same ``--config`` as ``ask`` and ``serve``; an
+    override may name a key with or without the ``retrieval.`` prefix.
+    """
+    from bencao.config import apply_overrides, from_dict, read_yaml
+
+    data = read_yaml(path) if path else {}
+    where = str(path) if path else "config"
+    if "retrieval" in data or "retrieval_config" in data:  # a serving recipe
+        ref = data.get("retrieval", data.get("retrieval_config"))
+        if isinstance(ref, str):
+            p = Path(ref).expanduser()
+            if not p.is_absolute() and not p.exists() and (Path(path).resolve().parent / p).exists():
+                p = Path(path).resolve().parent / p
+            data, where = read_yaml(p), str(p)
+        else:
+            data = dict(ref or {})
+        overrides = [*(data.pop("retrieval_overrides", None) or []), *overrides]
+    stripped = [o[len("retrieval."):] if o.strip().startswith("retrieval.") else o for o in overrides]
+    cfg = from_dict(RetrievalConfig, apply_overrides(data, stripped), where=where)
     cfg.index.validate()
     return cfg

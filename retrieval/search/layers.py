@@ -20,7 +20,7 @@ from typing import Any
 
 from bencao.io import content_hash
 from bencao.retrieval.graph.store import Graph
-from bencao.retrieval.search.micro import snippet_dict
+from bencao.retrieval.evidence import SnippetHit
 
 
 def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delta: float = 0.35, kind: str = "explains") -> dict[str, int]:
@@ -98,7 +98,7 @@ def section_tree(g: Graph) -> tuple[dict[str | None, list[str]], dict[str, str |
 THERAPY_LEXICAL_K = 200
 
 
-def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snippets: int = 3) -> list[dict[str, Any]]:
+def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snippets: int = 3) -> list[SnippetHit]:
     if ix is None:
         return []
     scores: dict[str, float] = {}
@@ -133,11 +133,10 @@ def therapy_retrieve(g: Graph, ix: Any, question: str, *, beam: int = 2, n_snipp
             else:
                 nxt.extend(sorted(kids, key=lambda c: -subtree[c])[:beam])
         level = sorted(dict.fromkeys(nxt), key=lambda c: -subtree[c])[:beam]
-    out: list[dict[str, Any]] = []
+    out: list[SnippetHit] = []
     for sid in sorted(leaves, key=lambda c: -subtree[c]):
         for s in g.snippets_of_section(sid)[:1]:
-            d = snippet_dict(s, "therapy", round(subtree[sid], 4))
-            out.append(d)
+            out.append(SnippetHit.from_row(s, "therapy", round(subtree[sid], 4)))
         if len(out) >= n_snippets:
             break
     return out

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from bencao.retrieval.evidence import SnippetHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.fusion import rrf
-from bencao.retrieval.search.micro import snippet_dict
 
 
 def macro_retrieve(g: Graph, ix: Any, question: str, *, k_snippets: int = 8, k_sections: int = 3, k_each: int = 20,
-                   rrf_k: int = 60) -> list[dict[str, Any]]:
+                   rrf_k: int = 60) -> list[SnippetHit]:
     if ix is None:
         return []
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, SnippetHit] = {}
     lex = ix.lexical_search("snippets", question, k_each)
     den = ix.dense_search("snippets", question, k_each)
     lex_s, den_s = dict(lex), dict(den)
@@ -21,16 +21,16 @@ def macro_retrieve(g: Graph, ix: Any, question: str, *, k_snippets: int = 8, k_s
     found = g.get_snippets([sid for sid, _ in fused])
     for sid, score in fused:
         if sid in found:
-            d = snippet_dict(found[sid], "macro", score)
-            d["scores"].update({k: round(v, 4) for k, v in (("bm25", lex_s.get(sid)), ("dense", den_s.get(sid))) if v is not None})
+            d = SnippetHit.from_row(found[sid], "macro", score)
+            d.scores.update({k: round(v, 4) for k, v in (("bm25", lex_s.get(sid)), ("dense", den_s.get(sid))) if v is not None})
             out[sid] = d
     sec = rrf([ix.lexical_search("sections", question, k_each), ix.dense_search("sections", question, k_each)], rrf_k)[:k_sections]
     for rank, (sec_id, score) in enumerate(sec):
         snips = g.snippets_of_section(sec_id)[:1]
         for s in snips:
+            hit = SnippetHit.from_row(s, "section", score)
             if s["id"] in out:
-                out[s["id"]]["scores"]["section"] = score
-                out[s["id"]]["via"].append("section")
+                out[s["id"]].merge(hit)
             else:
-                out[s["id"]] = snippet_dict(s, "section", score)
+                out[s["id"]] = hit
     return list(out.values())

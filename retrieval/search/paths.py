@@ -7,11 +7,18 @@
    another linked entity are marked ``connects``;
 3. the subgraph of path entities plus their one-hop neighbours gets a confidence-weighted PageRank;
    PathScore = product of the path's triple confidences × mean PageRank of its entities; top-k.
+
+Hubs: an entity with more than ``hub_degree`` triples (the medicine-food catalogue every listed
+herb points at, a flavour shared by hundreds of herbs, an ``is_a`` root) may end a path but is
+never passed through: "杏仁 —listed_in→ 药食同源目录 —~listed_in→ 山药" says nothing about either
+herb. With ``hub_penalty`` each middle entity also scales PathScore by 1 / (1 + ln degree), so a
+path through a specific entity outranks one through a common one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterable
@@ -75,15 +82,29 @@ class Path:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def degree(adjacency, entity_id: str) -> int:  # noqa: ANN001
+    """Triples in which the entity is head or tail (0 for an entity the adjacency does not know)."""
+    i = adjacency.index.get(entity_id)
+    if i is None:
+        return 0
+    return int(adjacency.out_ptr[i + 1] - adjacency.out_ptr[i] + adjacency.in_ptr[i + 1] - adjacency.in_ptr[i])
+
+
 def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, ...]], max_hops: int = 2,
-                    max_paths: int = 400, fanout: int = 30) -> list[Path]:
-    """All simple paths from ``starts`` that follow a pattern prefix, up to ``max_hops`` steps."""
+                    max_paths: int = 400, fanout: int = 30, hub_degree: int = 0,
+                    planned: list[tuple[str, ...]] | None = None) -> list[Path]:
+    """All simple paths from ``starts`` that follow a pattern prefix, up to ``max_hops`` steps.
+
+    With ``hub_degree`` > 0 a path never continues from a middle entity with more triples than that,
+    unless it follows one of the ``planned`` sequences (an LLM planner asked for that hop on purpose).
+    """
     starts = list(dict.fromkeys(starts))
     targets = set(starts)
     prefixes: set[tuple[str, ...]] = set()
     for p in patterns:
         for i in range(1, min(len(p), max_hops) + 1):
             prefixes.add(p[:i])
+    exempt = {p[:i] for p in (planned or []) for i in range(1, len(p) + 1)}
     paths: list[Path] = []
     adj_cache: dict[str, list[tuple[int, str, str, float]]] = {}
 
@@ -98,6 +119,9 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
     for _hop in range(max_hops):
         nxt: list[Path] = []
         for p in frontier:
+            if (hub_degree and len(p.entities) > 1 and tuple(p.steps) not in exempt
+                    and degree(adjacency, p.entities[-1]) > hub_degree):
+                continue  # a hub ends a path; it never joins two others
             per_node = 0
             for tid, step, other, conf in steps_from(p.entities[-1]):
                 seq = tuple(p.steps) + (step,)
@@ -123,7 +147,7 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
     return [p for p in paths if None not in p.triple_ids]
 
 
-def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_limit: int = 30) -> dict[str, float]:
+def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_limit: int = 30, hub_penalty: bool = False) -> dict[str, float]:
     """Fill ``score``/``confidence_product``/``pagerank`` of each path; returns the PageRank used.
 
     The subgraph (path entities + up to ``neighbour_limit`` neighbours each, and every triple among
@@ -141,6 +165,10 @@ def score_paths(g: Graph, paths: list[Path], damping: float = 0.85, neighbour_li
         pr.setdefault(e, 0.0)
     for p in paths:
         p.score, p.confidence_product, p.pagerank = path_score(p.confidences, p.entities, pr)
+        if hub_penalty and len(p.entities) > 2:
+            factor = math.prod(1.0 / (1.0 + math.log(max(1, degree(adj, m)))) for m in p.entities[1:-1])
+            p.extra["hub_factor"] = round(factor, 6)
+            p.score *= factor
     return pr
 
 
@@ -159,12 +187,25 @@ def graph_patterns(g: Graph, max_hops: int, n: int) -> list[tuple[str, ...]]:
 
 def top_paths(g: Graph, starts: list[str], *, max_hops: int = 2, n_patterns: int = 30, max_paths: int = 400,
               neighbour_limit: int = 30, damping: float = 0.85, top_k: int = 10,
-              patterns: list[tuple[str, ...]] | None = None) -> list[Path]:
-    """The whole path stage: patterns → paths → PageRank → PathScore → top-k (connecting paths first)."""
+              planned: list[tuple[str, ...]] | None = None, planned_only: bool = False, hub_degree: int = 0,
+              hub_penalty: bool = False) -> list[Path]:
+    """The whole path stage: patterns → paths → PageRank → PathScore → top-k (connecting paths first).
+
+    ``planned`` relation sequences (an LLM planner's) are followed beside the mined ones, or instead
+    of them with ``planned_only``; a planned sequence may be longer than ``max_hops`` and may pass
+    through hubs. Paths that follow a planned sequence are marked ``extra["planned"]``.
+    """
     if not starts:
         return []
-    pats = patterns if patterns is not None else graph_patterns(g, max_hops, n_patterns)
-    paths = enumerate_paths(g, starts, pats, max_hops=max_hops, max_paths=max_paths, fanout=neighbour_limit)
-    score_paths(g, paths, damping=damping, neighbour_limit=neighbour_limit)
-    paths.sort(key=lambda p: (not p.connects, -p.score))
+    planned = [tuple(p) for p in (planned or []) if p]
+    pats = list(planned) if planned_only else [*planned, *graph_patterns(g, max_hops, n_patterns)]
+    hops = max([max_hops, *(len(p) for p in planned)])
+    paths = enumerate_paths(g, starts, pats, max_hops=hops, max_paths=max_paths, fanout=neighbour_limit, hub_degree=hub_degree,
+                            planned=planned)
+    full = set(planned)
+    for p in paths:
+        if tuple(p.steps) in full:
+            p.extra["planned"] = True
+    score_paths(g, paths, damping=damping, neighbour_limit=neighbour_limit, hub_penalty=hub_penalty)
+    paths.sort(key=lambda p: (not p.connects, not p.extra.get("planned"), -p.score))
     return paths[:top_k]

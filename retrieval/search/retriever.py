@@ -1,24 +1,31 @@
-"""The ``Retriever``: question (+ query triples, + answer options) → ``Evidence``, in named stages.
+"""The ``Retriever``: question (+ query triples, mentions, planned paths, options) → ``Evidence``, in named stages.
 
     r = Retriever.from_config("graphs/sample")                 # configs/retrieval/default.yaml values
     ev = r.retrieve("山药有什么功效？")
     ev = r.retrieve("Is almond a nut?", query_triples=[("almond", "is_a", "nut")])
 
-Stages (each optional by config): mentions → entity linking (+ dense entities) → cross-layer links
-→ micro (triples → snippets) → macro (snippets, sections) → reasoning paths with PageRank →
+The answering pipeline (``bencao.serving.pipeline``) is its caller: it runs the LLM stages that
+understand the question (typed mentions, CoT query triples, planned relation paths) and hands
+their output in as arguments. With none of them the retriever works from the question alone.
+
+Stages (each optional by config): mentions (dictionary matching, plus the ones given) → entity
+linking (+ dense entities) → cross-layer links → micro (query triples → triples → snippets, chosen
+layers first) → macro (snippets, sections) → reasoning paths with PageRank (mined and/or planned
+relation sequences, hubs never in the middle) → entities the paths reach, with their attributes →
 therapy retrieval through the section tree → assembly under the token budget.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bencao.errors import BencaoError
-from bencao.retrieval.evidence import Evidence
+from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.build import Indexes
-from bencao.retrieval.linking import EntityLinker
+from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
 from bencao.retrieval.search.layers import cross_layer, therapy_retrieve
 from bencao.retrieval.search.macro import macro_retrieve
@@ -29,72 +36,148 @@ from bencao.retrieval.search.paths import top_paths
 MAX_QUESTION_CHARS = 4000
 
 
+@dataclass
+class Mention:
+    """A span of the question that names something, with what the question-understanding stage says of it."""
+
+    text: str
+    type: str | None = None  # e.g. symptom, food, herb, disease (free text from the LLM)
+    role: str = "question"  # question | patient | disease
+
+
 class Retriever:
-    def __init__(self, graph: Graph, config: RetrievalConfig | None = None, *, llm: Callable[[str], str] | None = None,
-                 indexes: Indexes | None = None):
+    def __init__(self, graph: Graph, config: RetrievalConfig | None = None, *, indexes: Indexes | None = None,
+                 llms: LinkerLLMs | None = None):
         self.g = graph
         self.cfg = config or RetrievalConfig()
-        self.llm = llm
         if indexes is None and ((graph.dir / "lexical").exists() or (graph.dir / "index").exists()):
             indexes = Indexes(graph, self.cfg.index)
         self.ix = indexes
-        self.linker = EntityLinker(graph, self.cfg.linking, indexes=indexes, llm=llm)
+        self.linker = EntityLinker(graph, self.cfg.linking, indexes=indexes, llms=llms)
 
     @classmethod
-    def from_config(cls, graph: "str | Path | Graph", config_path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = (),
-                    llm: Callable[[str], str] | None = None) -> "Retriever":
+    def from_config(cls, graph: "str | Path | Graph", config_path: str | Path | None = None,
+                    overrides: list[str] | tuple[str, ...] = ()) -> "Retriever":
         g = graph if isinstance(graph, Graph) else Graph.open(graph)
-        return cls(g, load_retrieval_config(config_path, overrides), llm=llm)
+        return cls(g, load_retrieval_config(config_path, overrides))
 
     # ------------------------------------------------------------------ stages
     def mentions(self, text: str) -> list[str]:
+        """Dictionary mentions: longest alias-table matches (no LLM)."""
         q = self.cfg.question
         return extract_mentions(self.g, text, self.linker.tables.base, max_ngram=q.max_ngram, min_cjk_chars=q.min_cjk_chars,
                                 stopwords=frozenset(q.stopwords), limit=q.max_mentions)
 
-    def link_entities(self, question: str, options: list[str]) -> list[dict[str, Any]]:
-        ents: dict[str, dict[str, Any]] = {}
+    def link(self, mention: str, context: str | None = None) -> LinkResult:
+        return self.linker.link(mention, context)
 
-        def add(link: Any, role: str) -> None:
+    def link_entities(self, question: str, options: list[str], mentions: list[Mention] | None = None,
+                      dictionary: bool = True) -> list[LinkedEntity]:
+        ents: dict[str, LinkedEntity] = {}
+
+        def add(link: LinkResult, role: str, via: str, mtype: str | None = None) -> None:
             if link.abstained or link.chosen_id is None:
                 return
-            if link.chosen_id in ents:
-                if role not in ents[link.chosen_id]["roles"]:
-                    ents[link.chosen_id]["roles"].append(role)
+            cur = ents.get(link.chosen_id)
+            if cur is not None:
+                if role not in cur.roles:
+                    cur.roles.append(role)
+                if via not in cur.via:
+                    cur.via.append(via)
                 return
-            ents[link.chosen_id] = {"id": link.chosen_id, "mention": link.mention, "confidence": link.confidence,
-                                    "rationale": link.rationale, "score": link.confidence, "via": ["linking"], "roles": [role]}
+            detail = {k: v for k, v in (("selector_rationale", link.selector_rationale), ("scorer_rationale", link.scorer_rationale),
+                                        ("synonyms", link.synonyms or None), ("first_pass", link.first_pass), ("retried", link.retried),
+                                        ("mention_type", mtype)) if v}
+            ents[link.chosen_id] = LinkedEntity(id=link.chosen_id, mention=link.mention, confidence=link.confidence,
+                                                rationale=link.rationale, score=link.confidence, via=[via], roles=[role],
+                                                link=detail or None)
 
-        for m in self.mentions(question):
-            add(self.linker.link(m), "question")
+        seen: set[str] = set()
+        for m in mentions or []:
+            if m.text.strip() and len(m.text) <= self.cfg.linking.max_mention_chars:
+                seen.add(m.text.strip())
+                add(self.linker.link(m.text, question), m.role, "understanding", m.type)
+        if dictionary:
+            for m in self.mentions(question):
+                if m not in seen:
+                    add(self.linker.link(m, question), "question", "linking")
         for i, opt in enumerate(options):
             if not opt.strip():
                 continue
             ms = self.mentions(opt) or ([opt.strip()] if len(opt) <= self.cfg.linking.max_mention_chars else [])
             for m in ms[:3]:
-                add(self.linker.link(m), f"option:{i}")
+                add(self.linker.link(m, question), f"option:{i}", "linking")
         q = self.cfg.question
         if self.ix is not None and q.dense_entities:
             for eid, cos in self.ix.dense_search("entities", question, q.dense_entities):
                 if cos >= q.min_dense and eid not in ents:
-                    ents[eid] = {"id": eid, "mention": None, "confidence": round(cos, 4), "rationale": f"dense match to the question (cosine {cos:.2f})",
-                                 "score": round(cos, 4), "via": ["dense"], "roles": ["question"]}
+                    ents[eid] = LinkedEntity(id=eid, confidence=round(cos, 4), rationale=f"dense match to the question (cosine {cos:.2f})",
+                                             score=round(cos, 4), via=["dense"], roles=["question"])
         if self.cfg.layers.enabled:
             for x in cross_layer(self.g, list(ents)):
                 src = ents[x["from"]]
-                ents[x["id"]] = {"id": x["id"], "mention": src.get("mention"), "confidence": round(src["confidence"] * x["score"], 4),
-                                 "rationale": f"{x['kind']} link from {x['from']} (score {x['score']:.2f})",
-                                 "score": round(src["score"] * x["score"], 4), "via": ["layer-link"], "roles": list(src["roles"])}
-        info = self.g.get_entities(ents)
-        for eid, e in ents.items():
-            row = info.get(eid) or {}
-            e.update({"name": row.get("name"), "type": row.get("type"), "layer": row.get("layer"),
-                      "description": row.get("description"), "attributes": row.get("attributes") or {}})
+                ents[x["id"]] = LinkedEntity(id=x["id"], mention=src.mention, confidence=round(src.confidence * x["score"], 4),
+                                             rationale=f"{x['kind']} link from {x['from']} (score {x['score']:.2f})",
+                                             score=round(src.score * x["score"], 4), via=["layer-link"], roles=list(src.roles))
+        self._describe(list(ents.values()))
         return list(ents.values())
 
+    def _describe(self, ents: list[LinkedEntity]) -> None:
+        info = self.g.get_entities(e.id for e in ents)
+        for e in ents:
+            row = info.get(e.id) or {}
+            e.name, e.type, e.layer = row.get("name"), row.get("type"), row.get("layer")
+            e.description, e.attributes = row.get("description"), row.get("attributes") or {}
+
+    def _paths(self, ev: Evidence, linked: list[str], triples: dict[str, TripleHit],
+               planned: list[tuple[str, ...]] | None, planned_only: bool) -> None:
+        p = self.cfg.paths
+        paths = top_paths(self.g, linked[:8], max_hops=p.max_hops, n_patterns=p.n_patterns, max_paths=p.max_paths,
+                          neighbour_limit=p.neighbour_limit, damping=p.damping, top_k=p.top_k, planned=planned,
+                          planned_only=planned_only, hub_degree=p.hub_degree, hub_penalty=p.hub_penalty)
+        names = self.g.get_entities({e for x in paths for e in x.entities})
+        path_triples = self.g.get_triples({t for x in paths for t in x.triple_ids})
+        for x in paths:
+            nm = [names.get(e, {}).get("name", e) for e in x.entities]
+            text = nm[0] + "".join(f" —{s}→ {n}" for s, n in zip(x.steps, nm[1:]))
+            ev.paths.append(PathHit(entities=x.entities, names=nm, relations=x.steps, triple_ids=x.triple_ids, confidences=x.confidences,
+                                    confidence_product=round(x.confidence_product, 6), pagerank=round(x.pagerank, 6),
+                                    score=round(x.score, 8), connects=x.connects, text=text,
+                                    planned_by="llm" if x.extra.get("planned") else "mined"))
+            for tid in x.triple_ids:
+                if tid in triples:
+                    if "path" not in triples[tid].via:
+                        triples[tid].via.append("path")
+                elif tid in path_triples:
+                    triples[tid] = TripleHit.from_row(path_triples[tid], score=round(x.score, 8), via=["path"])
+        # the foods, dishes and herbs the paths reach join the evidence with their attributes
+        have = {e.id for e in ev.entities}
+        reached: dict[str, LinkedEntity] = {}
+        for x in ev.paths:
+            end = x.entities[-1]
+            row = names.get(end) or {}
+            if end in have or end in reached or row.get("type") not in self.cfg.evidence.attribute_types:
+                continue
+            if len(reached) >= self.cfg.evidence.max_path_entities:
+                break
+            reached[end] = LinkedEntity(id=end, confidence=round(x.confidence_product, 4), rationale=f"reached by path {x.text}",
+                                        score=round(x.score, 8), via=["path"], roles=["path"])
+        self._describe(list(reached.values()))
+        ev.entities.extend(reached.values())
+
     # ------------------------------------------------------------------ main
-    def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None,
-                 options: list[str] | None = None) -> Evidence:
+    def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
+                 mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
+                 planned_only: bool = False) -> Evidence:
+        """Evidence for ``question``.
+
+        ``query_triples``: the CoT model's (head, relation, tail) triples, which drive micro retrieval;
+        ``options``: multiple-choice options / candidates, linked too (roles ``option:<i>``);
+        ``mentions``: typed mentions from the question-understanding stage, linked before the
+        dictionary's (``dictionary=False`` leaves dictionary matching out); ``planned_paths``:
+        relation sequences from the path planner, followed beside the mined ones (or instead,
+        ``planned_only``).
+        """
         if not isinstance(question, str) or not question.strip():
             raise BencaoError("question is empty")
         if len(question) > MAX_QUESTION_CHARS:
@@ -103,59 +186,48 @@ class Retriever:
         options = [str(o) for o in (options or [])]
         cfg = self.cfg
         ev = Evidence(question=question)
-        ev.entities = self.link_entities(question, options)
-        linked = [e["id"] for e in ev.entities]
-        snippets: dict[str, dict[str, Any]] = {}
-        triples: dict[str, dict[str, Any]] = {}
+        ev.entities = self.link_entities(question, options, mentions, dictionary)
+        linked = [e.id for e in ev.entities]
+        snippets: dict[str, SnippetHit] = {}
+        triples: dict[str, TripleHit] = {}
 
-        def merge_snippets(items: list[dict[str, Any]]) -> None:
+        def merge_snippets(items: list[SnippetHit]) -> None:
             for s in items:
-                cur = snippets.get(s["id"])
-                if cur is None:
-                    snippets[s["id"]] = s
+                if s.id in snippets:
+                    snippets[s.id].merge(s)
                 else:
-                    for k, v in s["scores"].items():
-                        cur["scores"][k] = max(cur["scores"].get(k, 0.0), v)
-                    cur["via"] = list(dict.fromkeys(cur["via"] + s["via"]))
+                    snippets[s.id] = s
 
         if cfg.micro.enabled:
+            m = cfg.micro
             queries = [" ".join(map(str, t)) for t in (query_triples or [])] or [question]
-            tr, sn = micro_retrieve(self.g, self.ix, queries, linked, k_triples=cfg.micro.k_triples,
-                                    anchored_triples=cfg.micro.anchored_triples, snippets_per_triple=cfg.micro.snippets_per_triple)
-            triples.update({t["id"]: t for t in tr})
+            if m.prefer_layers:  # DiffRAG recalls the personalized layer first, with its own top-k
+                tr, sn = micro_retrieve(self.g, self.ix, queries, linked, k_triples=m.k_preferred, anchored_triples=0,
+                                        snippets_per_triple=m.snippets_per_triple, layers=list(m.prefer_layers))
+                for t in tr:
+                    t.via.append("preferred")
+                triples.update({t.id: t for t in tr})
+                merge_snippets(sn)
+            tr, sn = micro_retrieve(self.g, self.ix, queries, linked, k_triples=m.k_triples, anchored_triples=m.anchored_triples,
+                                    snippets_per_triple=m.snippets_per_triple)
+            for t in tr:
+                if t.id not in triples:
+                    triples[t.id] = t
             merge_snippets(sn)
         if cfg.macro.enabled:
             merge_snippets(macro_retrieve(self.g, self.ix, question, k_snippets=cfg.macro.k_snippets, k_sections=cfg.macro.k_sections,
                                           k_each=cfg.macro.k_each, rrf_k=cfg.macro.rrf_k))
         if cfg.paths.enabled and linked:
-            p = cfg.paths
-            paths = top_paths(self.g, linked[:8], max_hops=p.max_hops, n_patterns=p.n_patterns, max_paths=p.max_paths,
-                              neighbour_limit=p.neighbour_limit, damping=p.damping, top_k=p.top_k)
-            names = self.g.get_entities({e for x in paths for e in x.entities})
-            path_triples = self.g.get_triples({t for x in paths for t in x.triple_ids})
-            for x in paths:
-                nm = [names.get(e, {}).get("name", e) for e in x.entities]
-                text = nm[0] + "".join(f" —{s}→ {n}" for s, n in zip(x.steps, nm[1:]))
-                ev.paths.append({"entities": x.entities, "names": nm, "relations": x.steps, "triple_ids": x.triple_ids,
-                                 "confidences": x.confidences, "confidence_product": round(x.confidence_product, 6),
-                                 "pagerank": round(x.pagerank, 6), "score": round(x.score, 8), "connects": x.connects, "text": text})
-                for tid in x.triple_ids:
-                    if tid in triples:
-                        if "path" not in triples[tid]["via"]:
-                            triples[tid]["via"].append("path")
-                    elif tid in path_triples:
-                        t = dict(path_triples[tid], score=round(x.score, 8), via=["path"], snippet_ids=[])
-                        triples[tid] = t
+            self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
         if cfg.layers.enabled and cfg.layers.therapy:
             merge_snippets(therapy_retrieve(self.g, self.ix, question, beam=cfg.layers.beam, n_snippets=cfg.layers.therapy_snippets))
         for s in snippets.values():
-            s["score"] = round(sum(s["scores"].values()), 6)
-        ev.snippets = sorted(snippets.values(), key=lambda s: -s["score"])
-        ev.triples = sorted(triples.values(), key=lambda t: (-(t.get("score") or 0.0), -t["confidence"]))
-        for t in ev.triples:
-            if not t.get("attributes"):
-                t.pop("attributes", None)
-        ev.stats = {"mentions": [e["mention"] for e in ev.entities if e.get("mention")], "linked": len(ev.entities),
+            s.score = round(sum(s.scores.values()), 6)
+        ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
+        ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
+        ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
+        if planned_paths:
+            ev.stats["planned_paths"] = [list(p) for p in planned_paths]
         ev.trim(cfg.evidence.token_budget, cfg.evidence.max_entities, cfg.evidence.max_triples)
         return ev

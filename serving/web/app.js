@@ -37,21 +37,13 @@ function renderAnswer(text, known) {
   box.append(text.slice(last));
 }
 
+// A path of the Evidence: names[0] —relations[0]→ names[1] ...; "~r" walks r backwards.
 function pathLabel(p) {
-  if (typeof p === "string") return p;
-  if (p.text) return p.text;
-  const hops = p.triples || p.hops || p.edges || [];
-  if (hops.length) {
-    const parts = [hops[0].head || hops[0].head_id || "?"];
-    for (const h of hops) parts.push(`—${h.relation}→ ${h.tail || h.tail_id || "?"}`);
-    return parts.join(" ");
-  }
-  return (p.nodes || []).map((n) => n.name || n).join(" → ");
-}
-
-function pathScore(p) {
-  for (const k of ["score", "path_score", "confidence"]) if (typeof p[k] === "number") return p[k];
-  return null;
+  let out = p.names[0];
+  p.relations.forEach((r, i) => {
+    out += r.startsWith("~") ? ` ←${r.slice(1)}— ${p.names[i + 1]}` : ` —${r}→ ${p.names[i + 1]}`;
+  });
+  return out;
 }
 
 function renderPaths(evidence) {
@@ -59,8 +51,8 @@ function renderPaths(evidence) {
   list.replaceChildren();
   const paths = (evidence && evidence.paths) || [];
   for (const p of paths.slice(0, 10)) {
-    const s = pathScore(p);
-    list.append(el("li", {}, pathLabel(p), s === null ? "" : el("span", { class: "score" }, s.toFixed(3))));
+    const planned = p.planned_by === "llm" ? el("span", { class: "tag" }, "planned") : "";
+    list.append(el("li", {}, pathLabel(p), planned, el("span", { class: "score" }, p.score.toFixed(3))));
   }
   show("paths-box", paths.length > 0);
 }
@@ -73,8 +65,10 @@ function renderSources(references, citations) {
   for (const r of refs) {
     const heading = (r.path || []).join(" › ") || r.heading || r.snippet_id;
     const text = (r.text || "").length > 400 ? r.text.slice(0, 400) + "…" : (r.text || "");
-    list.append(el("li", { id: "src-" + r.n, value: r.n, class: cited.has(r.n) ? "cited" : "" },
-      el("div", { class: "heading" }, heading), el("div", { class: "snippet" }, text)));
+    // teacher-written reasoning (the personalized layer) is cited, but never passed off as a source text
+    const tag = r.generated ? el("span", { class: "tag generated" }, "generated reasoning, not a source text") : "";
+    list.append(el("li", { id: "src-" + r.n, value: r.n, class: (cited.has(r.n) ? "cited" : "") + (r.generated ? " generated" : "") },
+      el("div", { class: "heading" }, heading, tag), el("div", { class: "snippet" }, text)));
   }
   show("sources-box", refs.length > 0);
   return new Set(refs.map((r) => r.n));

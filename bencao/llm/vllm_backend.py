@@ -2,8 +2,8 @@
 
 ``pip install "bencao[vllm]"`` on a CUDA machine. The model is loaded once; ``complete_many``
 hands the whole batch to ``LLM.chat`` (vLLM batches and schedules it itself) with the model's own
-chat template. Importing this module registers the backend with :mod:`bencao.llm`; the serving
-pipeline imports it when a config names ``backend: vllm``.
+chat template. :mod:`bencao.llm.registry` imports this module only when a config names
+``backend: vllm``, so data generation, evaluation and serving recipes can all use it.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import time
 from typing import Any
 
 from bencao.errors import BencaoError
-from bencao.llm import LLMConfig, register_backend
-from bencao.llm.base import BaseClient, Completion, LLMError, Message
+from bencao.llm.base import BaseClient, Completion, LLMConfig, LLMError, Message
 
 
 class VLLMClient(BaseClient):
@@ -74,8 +73,3 @@ class VLLMClient(BaseClient):
             results.append(Completion(text=best.text, model=self.model, prompt_tokens=len(o.prompt_token_ids or []),
                                       completion_tokens=len(best.token_ids or []), finish_reason=best.finish_reason, latency_s=took))
         return results
-
-
-@register_backend("vllm")
-def _vllm(cfg: LLMConfig) -> VLLMClient:
-    return VLLMClient.from_config(cfg)

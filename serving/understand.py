@@ -1,0 +1,85 @@
+"""Question understanding: the LLM names the question's entities with their types and the patient's information.
+
+Yaoshi-RAG extracts keywords before linking (its Textbox 1), MLKG-RAG splits a consultation into
+patient information (age group, sex, history) and disease information, iDISK2.0-RAG extracts
+typed entities. One structured call does all three (``bencao/prompts/understand.*.jinja``, JSON
+validated with one repair turn); its mentions are linked by the retriever beside (``mode: merge``)
+or instead of (``replace``) the dictionary's. Without an LLM the dictionary mentions are all there is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bencao.retrieval.search.retriever import Mention
+
+SCHEMA: dict[str, Any] = {
+    "type": "object", "required": ["entities"],
+    "properties": {
+        "entities": {"type": "array", "items": {"type": "object", "required": ["mention"], "properties": {
+            "mention": {"type": "string"}, "type": {"type": ["string", "null"]}, "role": {"type": ["string", "null"]}}}},
+        "keywords": {"type": "array", "items": {"type": "string"}},
+        "patient": {"type": ["object", "null"], "properties": {
+            "age_group": {"type": ["string", "null"]}, "sex": {"type": ["string", "null"]},
+            "history": {"type": "array", "items": {"type": "string"}}}},
+    },
+}
+
+ROLES = ("question", "patient", "disease")
+
+
+@dataclass
+class Understanding:
+    """What the stage says of one question (empty when there is no LLM or its reply was unusable)."""
+
+    mentions: list[Mention] = field(default_factory=list)
+    keywords: list[str] = field(default_factory=list)
+    patient: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mentions": [{"text": m.text, "type": m.type, "role": m.role} for m in self.mentions], "keywords": self.keywords,
+                "patient": self.patient, **({"error": self.error} if self.error else {})}
+
+
+def _from_reply(obj: dict[str, Any], question: str, limit: int) -> Understanding:
+    out = Understanding()
+    seen: set[str] = set()
+    for e in obj.get("entities") or []:
+        text = str(e.get("mention") or "").strip()
+        # a mention must be in the question: the stage extracts, it does not add
+        if not text or text in seen or text not in question:
+            continue
+        seen.add(text)
+        role = e.get("role") if e.get("role") in ROLES else "question"
+        out.mentions.append(Mention(text=text, type=(str(e["type"]).strip() or None) if e.get("type") else None, role=role))
+    out.mentions = out.mentions[:limit]
+    out.keywords = [str(k).strip() for k in obj.get("keywords") or [] if str(k).strip()]
+    pat = obj.get("patient") or {}
+    out.patient = {k: v for k, v in {"age_group": pat.get("age_group"), "sex": pat.get("sex"),
+                                     "history": [str(h) for h in pat.get("history") or [] if str(h).strip()]}.items() if v}
+    return out
+
+
+class QuestionUnderstanding:
+    """``understand_many(questions) -> [Understanding]``: one structured request per question, batched."""
+
+    def __init__(self, client: Any, max_entities: int = 8, prompts_dir: str | None = None):
+        self.client = client
+        self.max_entities = max_entities
+        self.prompts_dir = prompts_dir
+
+    def understand_many(self, questions: list[str], langs: list[str]) -> list[Understanding]:
+        from bencao.llm.structured import complete_json_many
+        from bencao.prompting import render
+
+        batches: dict[str, list[int]] = {}
+        for i, lang in enumerate(langs):
+            batches.setdefault(lang, []).append(i)
+        out: list[Understanding] = [Understanding() for _ in questions]
+        for lang, idx in batches.items():
+            msgs = [render("understand", lang, prompts_dir=self.prompts_dir, question=questions[i]) for i in idx]
+            for i, res in zip(idx, complete_json_many(self.client, msgs, SCHEMA, lang=lang)):
+                out[i] = _from_reply(res.value, questions[i], self.max_entities) if res.ok else Understanding(error=res.error)
+        return out
