@@ -7,18 +7,20 @@ from typing import List, Optional
 
 import typer
 
+from bencao import cliopts
+
 app = typer.Typer()
 
 
 @app.command("eval")
 def eval_command(
     bench: List[Path] = typer.Option(..., "--bench", "-b", help="Benchmark JSONL file (repeatable)."),
-    graph: Optional[Path] = typer.Option(None, "--graph", "-g", help="Graph directory."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Output directory: metrics.json, report.md, metrics.png, predictions.jsonl."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Serving recipe YAML: eval runs exactly the pipeline `bencao serve "
-                                                                       "--config` runs (retrieval, LLM stages, answerer; eval.* settings)."),
-    overrides: List[str] = typer.Option([], "--set", "-s", help="key=value override of the recipe (repeatable), e.g. linking.tau=0.6, "
-                                                               "generator.model=/models/qwen, eval.n_resamples=200."),
+    graph: Optional[Path] = cliopts.graph(False),
+    out: Optional[Path] = cliopts.out(help="Output directory: metrics.json, report.md, metrics.png, predictions.jsonl."),
+    config: Optional[Path] = cliopts.config("Serving recipe YAML: eval runs exactly the pipeline `bencao serve --config` runs "
+                                            "(retrieval, LLM stages, answerer; eval.* settings)."),
+    overrides: Optional[List[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. linking.tau=0.6, "
+                                                       "generator.model=/models/qwen, eval.n_resamples=200."),
     system: Optional[str] = typer.Option(None, "--system", help="Preset of the pipeline: pipeline (the recipe as given; default) | "
                                                                 "llm-free | llm | cot+llm-free | cot+llm | retrieval | random."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Generator LLM: MODEL@URL, URL or a local model path (sets generator.*)."),
@@ -45,7 +47,7 @@ def eval_command(
         raise BencaoError("--out DIR is required (unless --check)")
     name = system or "pipeline"
     extra = system_overrides(name) + (["answer.closed_book=true"] if no_retrieval else [])
-    cfg = load_config(config, [*extra, *overrides], llm, cot)
+    cfg = load_config(config, [*extra, *(overrides or [])], llm, cot)
     from bencao.evaluation.runner import evaluate
 
     metrics = evaluate(benches, name, graph, out, cfg, limit=limit, restart=restart, progress=progress)

@@ -8,13 +8,14 @@ from typing import Optional
 
 import typer
 
+from bencao import cliopts
+
 app = typer.Typer()
 
-GRAPH = typer.Option(..., "--graph", "-g", help="Graph directory (built by `bencao graph build`).")
-CONFIG = typer.Option(None, "--config", "-c", help="Serving or retrieval recipe YAML (its retrieval.linking section: selector, "
-                                                   "LLM blocks, tau); default: built-in values.")
-SET = typer.Option(None, "--set", "-s", help="Config override key=value (repeatable), e.g. linking.tau=0.6, linking.selector=llm, "
-                                             "linking.llm.base_url=http://127.0.0.1:8000/v1.")
+GRAPH = cliopts.graph()
+CONFIG = cliopts.config("Serving or retrieval recipe YAML (its retrieval.linking section: selector, LLM blocks, tau); default: built-in values.")
+SET = cliopts.overrides("Config override key=value (repeatable), e.g. linking.tau=0.6, linking.selector=llm, "
+                        "linking.llm.base_url=http://127.0.0.1:8000/v1.")
 
 
 def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]]) -> tuple:
@@ -33,9 +34,9 @@ def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]]) -
 def link(
     mention: Optional[str] = typer.Argument(None, help="The mention to link (or use --input)."),
     graph: Path = GRAPH,
-    input: Optional[Path] = typer.Option(None, "--input", "-i", help="JSONL with at least `id` and `mention` per line (and an optional "
-                                                                     "`context`: the sentence the mention came from)."),
-    output: Optional[Path] = typer.Option(None, "--out", "--output", "-o", help="JSONL output (resumable: ids already there are skipped)."),
+    input: Optional[Path] = cliopts.input_(help="JSONL with at least `id` and `mention` per line (and an optional `context`: the sentence "
+                                                "the mention came from)."),
+    output: Optional[Path] = cliopts.out(help="JSONL output (resumable: ids already there are skipped)."),
     config: Optional[Path] = CONFIG,
     set_: Optional[list[str]] = SET,
     no_index: bool = typer.Option(False, "--no-index", help="Alias tables only (no BM25/dense candidates)."),
