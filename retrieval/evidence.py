@@ -12,6 +12,8 @@ Typed, small dataclasses — the only thing that crosses from retrieval to answe
 - :class:`SnippetHit`: ``id, text, path`` ([book, volume, section]), ``section_id``, ``document``,
   ``document_kind``, ``score``, ``scores`` (per strategy), ``via``; ``generated`` is true for
   teacher-written reasoning documents (the personalized layer), which are cited as such.
+- ``option_support``: for a question with options, each option's retrieval support (the best BM25
+  score of question + option over passages that hold the option: the classic IR solver).
 
 ``to_dict()`` gives the JSON every front end has always returned; ``from_dict()`` reads it back.
 ``trim(budget)`` keeps the best-scored items of each list under a token budget; ``references()``
@@ -183,13 +185,14 @@ class Evidence:
     triples: list[TripleHit] = field(default_factory=list)
     paths: list[PathHit] = field(default_factory=list)
     snippets: list[SnippetHit] = field(default_factory=list)
+    option_support: list[float] = field(default_factory=list)  # per option: best BM25 of question+option over passages holding it
     stats: dict[str, Any] = field(default_factory=dict)
 
     # -- serialisation
     def to_dict(self) -> dict[str, Any]:
         return {"question": self.question, "entities": [e.to_dict() for e in self.entities], "triples": [t.to_dict() for t in self.triples],
                 "paths": [p.to_dict() for p in self.paths], "snippets": [s.to_dict() for s in self.snippets],
-                "stats": dict(self.stats), "references": self.references()}
+                "option_support": list(self.option_support), "stats": dict(self.stats), "references": self.references()}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Evidence":
@@ -198,7 +201,7 @@ class Evidence:
                    triples=[TripleHit.from_dict(x) for x in d.get("triples") or []],
                    paths=[PathHit.from_dict(x) for x in d.get("paths") or []],
                    snippets=[SnippetHit.from_dict(x) for x in d.get("snippets") or []],
-                   stats=dict(d.get("stats") or {}))
+                   option_support=[float(x) for x in d.get("option_support") or []], stats=dict(d.get("stats") or {}))
 
     def is_empty(self) -> bool:
         return not (self.entities or self.triples or self.paths or self.snippets)

@@ -4,9 +4,10 @@ The answerer is handed the ``Evidence`` the pipeline retrieved (it never retriev
 every score comes from it, so each answer can be checked:
 
 - an option / candidate is *supported* by (a) being a linked entity of the evidence that a path or
-  triple connects to a question entity (PathScore, triple confidence), and (b) snippet support:
-  the share of its content tokens found in an evidence snippet that also contains a question
-  keyword, weighted by that snippet's rank;
+  triple connects to a question entity (PathScore, triple confidence), (b) snippet support: the
+  share of its content tokens found in an evidence snippet that also contains a question keyword,
+  weighted by that snippet's rank, and (c) retrieval support (the classic IR solver): the best BM25
+  of question + option over the passages that hold the option, relative to the best option's;
 - below ``min_support`` the answerer abstains ("not in the knowledge base").
 
 A free-text answer lists first the facts whose relation the question asks for (``intents``: a
@@ -74,6 +75,8 @@ _WORDS = {
 class AnswererConfig:
     w_graph: float = field(0.5, help="Weight of graph support (paths/triples linking option and question entities).")
     w_text: float = field(0.5, help="Weight of snippet support (option tokens co-occurring with question keywords).")
+    w_ir: float = field(0.5, help="Weight of retrieval support: the option's best BM25 of question + option over passages that hold "
+                                  "it (Evidence.option_support), relative to the best option's (the classic IR solver).")
     min_support: float = field(0.05, help="Below this best score the answerer abstains.")
     multi_ratio: float = field(1.0, help="Multiple-choice: options scoring ≥ ratio × best are all answered (1.0 = ties only).")
     tf_true: float = field(0.6, help="True/false: support at or above this is True.")
@@ -91,6 +94,13 @@ class AnswererConfig:
                                                        help="Per language: relation → the short label shown in reasoning paths.")
     stopwords: list[str] = field(default_factory=list, help="Question words that never count as keywords (besides the retrieval "
                                                             "recipe's question.stopwords).")
+    exception_rule: bool = field(False, help="Exception questions ('下列哪项不属于…', 'all of the following EXCEPT', recognised by "
+                                             "exception_cues) get the single-answer option the evidence supports least. Off by default: on the "
+                                             "sample graph, whose evidence rarely covers the options, it cost 2 of 126 right answers.")
+    exception_cues: list[str] = field(default_factory=lambda: ["不是", "不属于", "不包括", "不正确", "错误的是", "除外", "以外", "除了",
+                                                               "无关", "不符合", "不会", "不应", "不出现", "except", "not true", "incorrect",
+                                                               "false"],
+                                      help="Cues of an exception question (matched case-folded anywhere in the question).")
 
 
 def _content_tokens(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
@@ -165,23 +175,36 @@ class GraphAnswerer:
         return best
 
     def score_options(self, question: str, texts: list[str], ev: Evidence) -> list[float]:
-        """Support of each option text (linked as role ``option:<i>`` by retrieval)."""
+        """Support of each option text (linked as role ``option:<i>`` by retrieval): graph, snippet and retrieval support."""
         q_tokens = set(_content_tokens(question, self.stop))
-        return [round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens), 6)
+        ir = list(ev.option_support) if len(ev.option_support) == len(texts) else [0.0] * len(texts)
+        top_ir = max(ir, default=0.0)
+        return [round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
+                      + (self.cfg.w_ir * ir[i] / top_ir if top_ir > 0 else 0.0), 6)
                 for i, t in enumerate(texts)]
 
     # ------------------------------------------------------------------ tasks
-    def answer_mcq(self, question: str, options: dict[str, str], ev: Evidence) -> dict[str, Any]:
+    def is_exception_question(self, question: str) -> bool:
+        """'下列哪项不属于…', 'all of the following EXCEPT': the answer is the option the evidence does not support."""
+        q = norm_key(question)
+        return any(norm_key(c) in q for c in self.cfg.exception_cues if c.strip())
+
+    def answer_mcq(self, question: str, options: dict[str, str], ev: Evidence, n_answers: int = 1) -> dict[str, Any]:
         if not options:
             raise BencaoError("multiple-choice question has no options")
         letters = list(options)
         scores = self.score_options(question, [str(options[k]) for k in letters], ev)
         by = dict(zip(letters, scores))
-        ranking = sorted(letters, key=lambda k: (-by[k], letters.index(k)))
-        top = by[ranking[0]]
-        abstained = top < self.cfg.min_support
-        answer = [] if abstained else [k for k in ranking if by[k] >= self.cfg.multi_ratio * top and by[k] > 0]
-        return {"answer": answer, "ranking": ranking, "scores": by, "abstained": abstained}
+        best = max(by.values())
+        abstained = best < self.cfg.min_support
+        exception = self.cfg.exception_rule and n_answers == 1 and self.is_exception_question(question)
+        if exception:  # the least supported option is the exception the question asks for
+            ranking = sorted(letters, key=lambda k: (by[k], letters.index(k)))
+            answer = [] if abstained else ranking[:1]
+        else:
+            ranking = sorted(letters, key=lambda k: (-by[k], letters.index(k)))
+            answer = [] if abstained else [k for k in ranking if by[k] >= self.cfg.multi_ratio * best and by[k] > 0]
+        return {"answer": answer, "ranking": ranking, "scores": by, "abstained": abstained, "exception": exception}
 
     def answer_tf(self, statement: str, ev: Evidence) -> dict[str, Any]:
         toks = set(_content_tokens(statement, self.stop))

@@ -275,8 +275,8 @@ class AnswerPipeline:
         q, ev, ga = a.query, a.evidence or Evidence(question=a.query.question), self.graph_answerer
         a.answered_by = "graph"
         if q.task in ("mcq", "sd"):
-            res = ga.answer_mcq(q.question, q.options or {}, ev)
-            a.prediction = {k: res[k] for k in ("answer", "ranking", "scores", "abstained")}
+            res = ga.answer_mcq(q.question, q.options or {}, ev, q.n_answers if q.task == "mcq" else 1)
+            a.prediction = {k: res[k] for k in ("answer", "ranking", "scores", "abstained", "exception")}
             a.abstained = res["abstained"]
             a.answer = ga.not_in_kb(q.question) if a.abstained else ", ".join(f"{k}. {q.options[k]}" for k in res["answer"])
         elif q.task == "tf":

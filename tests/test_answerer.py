@@ -111,3 +111,32 @@ def test_free_answer_without_intent_orders_by_confidence_and_table_is_configurab
     custom = _Asker(ask.r, GraphAnswerer(cfg.graph_answer))
     assert custom.a.intent_relations("山药的性味") == []
     assert "山药的功效" in _first_fact(custom.answer("山药的用途")["answer"])
+
+
+def test_option_queries_give_each_option_its_retrieval_support(graph):
+    from bencao.retrieval.search.macro import holds_option
+
+    r = Retriever(graph)
+    options = ["温中止血", "安中养脾", "清热解毒"]
+    ev = r.retrieve("哪味药主胸满咳逆上气？", options=options)
+    # question + option over the passages that hold the option: 干姜's entry holds 温中止血 and the question's words
+    assert len(ev.option_support) == 3 and ev.option_support[0] > ev.option_support[1] > 0 and ev.option_support[2] == 0
+    assert any("option:0" in s.via and "温中止血" in s.text for s in ev.snippets)
+    res = GraphAnswerer().answer_mcq("哪味药主胸满咳逆上气？", dict(zip("ABC", options)), ev)
+    assert res["ranking"][0] == "A"
+    assert holds_option("治胸满，温中止血。", "温中止血") and holds_option("肾俞主之，太溪亦可", "肾俞、太溪")
+    assert not holds_option("肾俞主之", "肾俞、太溪")
+    off = Retriever(graph, load_serve_config(None, ["macro.option_queries=false"]).retrieval).retrieve("哪味药主胸满咳逆上气？", options=options)
+    assert off.option_support == []
+
+
+def test_exception_questions_choose_the_least_supported_option(ask):
+    options = {"A": "补中益气", "B": "温中止血", "C": "安中养脾"}
+    assert not ask.mcq("下列哪项不是山药的功效", options)["exception"]  # off by default
+    ask = _Asker(ask.r, GraphAnswerer(load_serve_config(None, ["graph_answer.exception_rule=true"]).graph_answer))
+    pos = ask.mcq("山药的功效是", options)
+    neg = ask.mcq("下列哪项不是山药的功效", options)
+    assert pos["answer"] == ["A"] and not pos["exception"]
+    assert neg["exception"] and neg["answer"] != ["A"] and neg["ranking"][-1] == "A"
+    assert ask.a.is_exception_question("All of the following are symptoms EXCEPT")  # cues match case-folded
+    assert ask.a.is_exception_question("Which of these is not true of ginger?")

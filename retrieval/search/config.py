@@ -42,6 +42,11 @@ class MacroConfig:
     k_sections: int = field(3, help="Sections kept after fusion (their first snippets join the evidence).")
     k_each: int = field(20, help="Candidates taken from each of dense and lexical search before fusion.")
     rrf_k: int = field(60, help="Reciprocal-rank-fusion constant.")
+    option_queries: bool = field(True, help="For a question with options: one query per option (question + option, MLKG-RAG's "
+                                            "stem + options); passages that hold the option join the evidence and give the option "
+                                            "its retrieval support.")
+    k_per_option: int = field(1, help="Passages kept per option.")
+    option_candidates: int = field(20, help="BM25 hits per option query searched for a passage that holds the option.")
 
 
 @dataclass

@@ -1,12 +1,16 @@
-"""Macro retrieval: question → nearest snippets and sections, dense + lexical, fused by RRF."""
+"""Macro retrieval: question → nearest snippets and sections, dense + lexical, fused by RRF; and, for a
+question with options, MLKG-RAG's stem + option queries, which also give each option its retrieval
+support (the classic IR solver: the best BM25 of question + option over passages that hold the option)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from bencao.retrieval.evidence import SnippetHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.fusion import rrf
+from bencao.text import norm_key
 
 
 def macro_retrieve(g: Graph, ix: Any, question: str, *, k_snippets: int = 8, k_sections: int = 3, k_each: int = 20,
@@ -34,3 +38,52 @@ def macro_retrieve(g: Graph, ix: Any, question: str, *, k_snippets: int = 8, k_s
             else:
                 out[s["id"]] = hit
     return list(out.values())
+
+
+_PARTS = re.compile(r"[、，,；;/]+")
+
+
+def holds_option(text: str, option: str) -> bool:
+    """Does a passage state the option? Every part of a short option (``肾俞、太溪``) as written; for a
+    longer phrase, most of its content tokens."""
+    key = norm_key(text)
+    parts = [norm_key(p) for p in _PARTS.split(option) if p.strip()]
+    if parts and all(len(p) <= 8 for p in parts):
+        return all(p in key for p in parts)
+    from bencao.retrieval.index.lexical import analyze
+
+    toks = set(analyze(option))
+    return bool(toks) and len(toks & set(analyze(text))) >= 0.7 * len(toks)
+
+
+def option_retrieve(g: Graph, ix: Any, question: str, options: list[str], *, k_per_option: int = 1,
+                    candidates: int = 20) -> tuple[list[SnippetHit], list[float]]:
+    """Passages for each option (query: question + option, BM25) that hold the option, and each option's support."""
+    if ix is None or not options:
+        return [], [0.0] * len(options)
+    found: list[list[tuple[str, float]]] = []
+    for opt in options:
+        found.append(ix.lexical_search("snippets", f"{question} {opt}", candidates) if opt.strip() else [])
+    rows = g.get_snippets({sid for hits in found for sid, _ in hits})
+    support: list[float] = []
+    kept: list[tuple[int, str, float]] = []
+    for i, (opt, hits) in enumerate(zip(options, found)):
+        best, n = 0.0, 0
+        for sid, score in hits:
+            row = rows.get(sid)
+            if row is None or not holds_option(row["text"], opt):
+                continue
+            best = max(best, float(score))
+            if n < k_per_option:
+                kept.append((i, sid, float(score)))
+                n += 1
+        support.append(round(best, 4))
+    top = max(support, default=0.0) or 1.0
+    out: dict[str, SnippetHit] = {}
+    for i, sid, score in kept:
+        hit = SnippetHit.from_row(rows[sid], f"option:{i}", round(score / top, 4))
+        if sid in out:
+            out[sid].merge(hit)
+        else:
+            out[sid] = hit
+    return list(out.values()), support

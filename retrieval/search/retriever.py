@@ -28,7 +28,7 @@ from bencao.retrieval.index.build import Indexes
 from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
 from bencao.retrieval.search.layers import cross_layer, therapy_retrieve
-from bencao.retrieval.search.macro import macro_retrieve
+from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
@@ -217,6 +217,10 @@ class Retriever:
         if cfg.macro.enabled:
             merge_snippets(macro_retrieve(self.g, self.ix, question, k_snippets=cfg.macro.k_snippets, k_sections=cfg.macro.k_sections,
                                           k_each=cfg.macro.k_each, rrf_k=cfg.macro.rrf_k))
+            if options and cfg.macro.option_queries:
+                hits, ev.option_support = option_retrieve(self.g, self.ix, question, options, k_per_option=cfg.macro.k_per_option,
+                                                          candidates=cfg.macro.option_candidates)
+                merge_snippets(hits)
         if cfg.paths.enabled and linked:
             self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
         if cfg.layers.enabled and cfg.layers.therapy:
