@@ -64,7 +64,7 @@ def test_scripted_endpoint_exact_scores_failures_and_resume(tmp_path):
     benches = [load_bench(write(tmp_path / "mcq_zh.jsonl", MCQ)), load_bench(write(tmp_path / "tf_zh.jsonl", TF))]
     with serve_in_thread(create_app(client)) as base_url:
         cfg = EvalConfig(no_retrieval=True, n_resamples=0, batch_size=4,
-                         llm=LLMConfig(backend="openai", model="scripted-teacher", base_url=base_url, max_retries=0, backoff_s=0.0))
+                         llm=LLMConfig(backend="openai", model="scripted-teacher", base_url=base_url, max_retries=0))
         out = tmp_path / "out"
         first = evaluate(benches, "llm", None, out, cfg, progress=False)
         assert first["mcq_zh"]["missing"] == 1 and first["mcq_zh"]["n"] == 5  # q5 failed: not written
