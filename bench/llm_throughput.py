@@ -13,8 +13,11 @@ times two paths, each with ``--rounds`` × N requests (at least ``--min-requests
   (``concurrency = 2 × llm.max_concurrency``, as ``data extract`` does).
 
 The ideal is N / latency requests per second; the table gives the measured rate and its ratio to
-the ideal, and how long the 434 k-snippet TCM-DiffRAG run would take at N in flight when one
-request to a 72B teacher takes ``--teacher-latency-s`` seconds (ratio as measured here).
+the ideal, the CPU time one request costs in the client (this process) and in the server (the
+loopback process), the machine's load average, and how long the 434 k-snippet TCM-DiffRAG run
+would take at N in flight when one request to a 72B teacher takes ``--teacher-latency-s`` seconds
+(ratio as measured here). CPU per request hardly depends on what else the machine runs; the rate
+does, so read the ratio together with the load average printed beside it.
 """
 
 from __future__ import annotations
@@ -120,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+    import psutil
+
     proc, url = start_server(args.latency_s)
+    server = psutil.Process(proc.pid)
     rows = []
     try:
         with tempfile.TemporaryDirectory() as d:
@@ -130,11 +136,15 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"in_flight": n, "requests": requests, "ideal_rps": n / args.latency_s}
                 for path, fn in (("client", time_client), ("runner", time_runner)):
                     server_stats(url, reset=True)
+                    cpu0, scpu0 = time.process_time(), server.cpu_times()
                     took = fn(url, n, requests, tmp)
+                    cpu, scpu = time.process_time() - cpu0, server.cpu_times()
                     st = server_stats(url)
                     rps = requests / took
                     row[path] = {"seconds": round(took, 3), "rps": round(rps, 1), "ratio": round(rps / row["ideal_rps"], 3),
-                                 "server_peak_in_flight": st["peak"]}
+                                 "server_peak_in_flight": st["peak"], "client_cpu_ms_per_request": round(1000 * cpu / requests, 2),
+                                 "server_cpu_ms_per_request": round(1000 * (scpu.user + scpu.system - scpu0.user - scpu0.system) / requests, 2),
+                                 "load_average_1min": round(os.getloadavg()[0], 1)}
                 ratio = row["runner"]["ratio"]
                 row["extrapolated_run"] = human_days(args.snippets * args.requests_per_snippet * args.teacher_latency_s / (n * ratio))
                 rows.append(row)
@@ -145,11 +155,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"\nloopback latency {args.latency_s} s; {os.cpu_count()} CPU(s); "
           f"extrapolation: {args.snippets:,} snippets x {args.requests_per_snippet:g} request(s) at {args.teacher_latency_s:g} s each")
-    print("| in flight | requests | ideal req/s | client req/s (ratio) | runner req/s (ratio) | server peak | 434k-snippet run |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+    print("| in flight | requests | ideal req/s | client req/s (ratio) | runner req/s (ratio) | runner CPU ms/req: client, server "
+          "| load avg | server peak | 434k-snippet run |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         c, u = r["client"], r["runner"]
         print(f"| {r['in_flight']} | {r['requests']} | {r['ideal_rps']:.0f} | {c['rps']:.1f} ({c['ratio']:.0%}) | {u['rps']:.1f} ({u['ratio']:.0%}) "
+              f"| {u['client_cpu_ms_per_request']:.2f}, {u['server_cpu_ms_per_request']:.2f} | {u['load_average_1min']} "
               f"| {u['server_peak_in_flight']} | {r['extrapolated_run']} |")
     if args.json:
         args.json.write_text(json.dumps({"latency_s": args.latency_s, "rows": rows}, indent=2))

@@ -272,6 +272,7 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     from bencao.io import atomic_write_json, file_hash
     from bencao.training.data import load_pairs
     from bencao.training.sft import resolve_resume
+    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
 
     rows = load_pairs(script_args.train_file)
     if script_args.eval_file:
@@ -295,7 +296,11 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     trainer = SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=train_ds, loss=make_loss(script_args.loss, model, script_args)
     )
-    result = trainer.train(resume_from_checkpoint=resume)
+    with graceful_stop() as stop:
+        trainer.add_callback(stop.callback())
+        result = trainer.train(resume_from_checkpoint=resume)
+    if stop.signum is not None:
+        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
     after = ir_figures(evaluator(model))
     out = Path(training_args.output_dir)
     info: dict[str, Any] = {}
