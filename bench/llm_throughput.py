@@ -5,7 +5,8 @@
 A loopback OpenAI-compatible server (``python -m bencao.llm.local_server``, its own process) holds
 every request ``--latency-s`` seconds and answers with a small valid JSON envelope, like a serving
 engine that batches everything it is sent. For each number of requests in flight N the script
-times two paths, each with ``--rounds`` × N requests (at least ``--min-requests``):
+times two paths, each with ``--rounds`` × N requests (at least ``--min-requests``), after N warm-up
+requests have opened the connections a long run keeps open:
 
 - ``client``: ``make_client(llm)`` (openai backend + response cache) ``complete_many``;
 - ``runner``: the data-generation path: ``run_items`` with one ``acomplete_json`` per item through
@@ -67,11 +68,16 @@ def llm_config(url: str, n: int, cache: Path):
                      max_tokens=64, cache=str(cache))
 
 
+def warm_up(client, n: int) -> None:
+    """n requests at once: the connection pool holds n open connections, as in the steady state of a long run."""
+    client.complete_many([[{"role": "user", "content": f"warm-up {i}"}] for i in range(n)])
+
+
 def time_client(url: str, n: int, requests: int, tmp: Path) -> float:
     from bencao.llm import make_client
 
     client = make_client(llm_config(url, n, tmp / f"client-{n}.sqlite"))
-    client.complete([{"role": "user", "content": "warm-up"}])
+    warm_up(client, n)
     batch = [[{"role": "user", "content": f"snippet {n}-{i}"}] for i in range(requests)]
     t0 = time.perf_counter()
     out = client.complete_many(batch)
@@ -90,7 +96,7 @@ def time_runner(url: str, n: int, requests: int, tmp: Path) -> float:
     cfg = llm_config(url, n, tmp / f"runner-{n}.sqlite")
     ledger = Ledger(tmp / f"ledger-{n}.json")
     client = ledger.client(make_client(cfg), "bench")
-    client.complete([{"role": "user", "content": "warm-up"}])
+    warm_up(client, n)
 
     async def work(i: int) -> Done | Skip:
         res = await acomplete_json(client, [{"role": "user", "content": f"snippet {n}-{i}"}], {"type": "object"})
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--latency-s", type=float, default=0.5, help="Latency of the loopback endpoint per request.")
     ap.add_argument("--in-flight", type=int, nargs="+", default=[1, 8, 64, 256])
-    ap.add_argument("--rounds", type=int, default=4, help="Requests per level = rounds x in-flight (at least --min-requests).")
+    ap.add_argument("--rounds", type=int, default=8, help="Requests per level = rounds x in-flight (at least --min-requests).")
     ap.add_argument("--min-requests", type=int, default=16)
     ap.add_argument("--snippets", type=int, default=434_000, help="Snippets of the extrapolated run (TCM-DiffRAG: 434 k).")
     ap.add_argument("--requests-per-snippet", type=float, default=1.0, help="Teacher requests per snippet in that run.")

@@ -68,8 +68,9 @@ def run_text(summary: dict[str, Any]) -> str:
     p = t.get("precision") or {}
     mixed = p.get("mixed_precision")
     precision = f"{mixed} mixed precision" if mixed and mixed != "no" else "no mixed precision"
-    return (f"Ran {t['steps_run']} optimizer steps ({t['epochs_run']:g} epochs) on {t['world_size']} process(es) "
-            f"({t['distributed_type']}), {engine}, {precision}, weights in {p.get('weights_dtype') or 'an unrecorded dtype'}.")
+    how = f" ({t['distributed_type']})" if t.get("distributed_type") not in (None, "NO") else ""
+    return (f"Ran {t['steps_run']} optimizer steps ({t['epochs_run']:g} epochs) on {t['world_size']} process(es){how}, "
+            f"{engine}, {precision}, weights in {p.get('weights_dtype') or 'an unrecorded dtype'}.")
 
 
 def _dataset_line(d: dict[str, Any]) -> str:
