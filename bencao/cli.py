@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         app(args=argv, prog_name="bencao", standalone_mode=False)
     except BencaoError as exc:
         typer.echo(f"error: {exc}", err=True)
-        return 2
+        return getattr(exc, "exit_code", 2)  # 2, or e.g. 128 + signal for a training run stopped by SIGTERM
     except click.exceptions.Exit as exc:
         return exc.exit_code
     except click.ClickException as exc:

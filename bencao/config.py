@@ -135,9 +135,16 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass ``cls`` from a mapping; unknown keys are an error naming the key."""
+    """Build dataclass ``cls`` from a mapping; unknown keys are an error naming the key.
+
+    A class may list removed keys in ``__removed_keys__`` (key → what to set instead): an old recipe
+    that still sets one gets that sentence instead of a silent change of behaviour.
+    """
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    removed = getattr(cls, "__removed_keys__", {})
+    for key in sorted(set(data) & set(removed)):
+        raise ConfigError(f"{where}.{key}: this key was removed: {removed[key]}")
     unknown = sorted(set(data) - names)
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")

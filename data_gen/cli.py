@@ -76,7 +76,7 @@ def extract_command(
     document: list[str] = typer.Option(None, "--document", "-d", help="Document id, or text of its source/title; repeatable. Default: all books."),
     section: list[str] = typer.Option(None, "--section", help="Section id, or text of its heading path; repeatable."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected snippets."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Snippets processed in parallel."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight: sets llm.max_concurrency (the one knob; recipes ship 64)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory (relations.json, records, cache, ledger)."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
 ) -> None:
@@ -84,7 +84,7 @@ def extract_command(
     from bencao.config import load_config
     from bencao.data_gen.extract import ExtractConfig, run_extract
 
-    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("limit", limit), ("concurrency", concurrency),
+    ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("limit", limit), ("llm.max_concurrency", concurrency),
                                                           ("output", output)) if v is not None]
     cfg = load_config(ExtractConfig, config, ov)
     if document:

@@ -31,7 +31,8 @@ from bencao.data_gen.runner import Done, Skip, load_records, run_items, save_sum
 from bencao.data_gen.sft_format import sft_records
 from bencao.data_gen.templates import render
 from bencao.llm.base import LLMClient, LLMConfig
-from bencao.llm.structured import complete_json
+from bencao.llm import aio
+from bencao.llm.structured import acomplete_json
 from bencao.text import lang_of, norm_key
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,11 @@ class CotDistillConfig:
     write_personal: bool = field(True, help="Store reasoning texts and their triples in the graph (layer personal).")
     eval_ratio: float = field(0.1, help="Share of entity groups held out as eval.")
     seed: int = field(0, help="Seed of the entity split.")
-    concurrency: int = field(4, help="Questions processed in parallel (LLM requests are bounded by llm.max_concurrency).")
     limit: int | None = field(None, help="Only the first N questions.")
     prompts_dir: str | None = field(None, help="Directory of prompt templates overriding the shipped ones.")
     progress: bool = field(True, help="Show a progress bar.")
+
+    __removed_keys__ = {"concurrency": "llm.max_concurrency is the one knob for requests in flight (questions in flight follow it)"}
 
 
 def answers_match(item: QAItem, predicted: Any) -> bool:
@@ -106,8 +108,8 @@ class LLMTeacher:
         self.ground = make_grounder(self.grounding, graph, linker=self.linker, k_triples=cfg.k_triples, k_snippets=cfg.k_snippets, lock=self.lock,
                                     retrieval_config=cfg.retrieval_config, retrieval_overrides=cfg.retrieval_overrides)
 
-    def _ask(self, step: str, lang: str, schema: dict, **variables: Any) -> Any:
-        res = complete_json(self.clients[step], render(step, lang, self.cfg.prompts_dir, **variables), schema, lang=lang)
+    async def _ask(self, step: str, lang: str, schema: dict, **variables: Any) -> Any:
+        res = await acomplete_json(self.clients[step], render(step, lang, self.cfg.prompts_dir, **variables), schema, lang=lang)
         if not res.ok:
             return Skip(f"{step}_{res.kind}", res.error or "")
         return res.value
@@ -121,27 +123,27 @@ class LLMTeacher:
                 ev.triples = [t for t in path_triples(lp.paths, self.graph) if t["id"] not in known] + ev.triples
         return ev
 
-    def __call__(self, item: QAItem) -> Done | Skip:
+    async def __call__(self, item: QAItem) -> Done | Skip:
         if item.problem:
             return Skip("bad_record", item.problem)
         lang = lang_of(item.question)
         if self.cfg.languages and lang not in self.cfg.languages:
             return Skip("unexpected_language", f"question looks {lang}; accepted: {', '.join(self.cfg.languages)}")
         common = {"question": item.question, "options": item.options}
-        dec = self._ask("cot_decompose", lang, TRIPLES_SCHEMA, answer=item.answer_display, **common)
+        dec = await self._ask("cot_decompose", lang, TRIPLES_SCHEMA, answer=item.answer_display, **common)
         if isinstance(dec, Skip):
             return dec
-        ev = self.evidence(item, dec["triples"])
-        rs = self._ask("cot_reason", lang, REASON_SCHEMA, answer=item.answer_display, triples=ev.triples, snippets=ev.snippets, **common)
+        ev = await aio.to_thread(self.evidence, item, dec["triples"])  # graph/retriever work off the LLM loop
+        rs = await self._ask("cot_reason", lang, REASON_SCHEMA, answer=item.answer_display, triples=ev.triples, snippets=ev.snippets, **common)
         if isinstance(rs, Skip):
             return rs
         reasoning = rs["reasoning"].strip()
-        judged = self._ask("cot_judge", lang, JUDGE_SCHEMA, reasoning=reasoning, **common)
+        judged = await self._ask("cot_judge", lang, JUDGE_SCHEMA, reasoning=reasoning, **common)
         if isinstance(judged, Skip):
             return judged
         if not answers_match(item, judged["answer"]):
             return Skip("judge_mismatch", f"answer from the reasoning {judged['answer']!r} ≠ gold {item.answer_display!r}")
-        ext = self._ask("cot_extract", lang, TRIPLES_SCHEMA, reasoning=reasoning)
+        ext = await self._ask("cot_extract", lang, TRIPLES_SCHEMA, reasoning=reasoning)
         if isinstance(ext, Skip):
             return ext
         triples = [{k: str(t[k]).strip() for k in ("head", "relation", "tail")} for t in ext["triples"]]
@@ -178,14 +180,15 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
     try:
         if cfg.teacher == "kg-paths":
             teacher: Any = KGPathTeacher(graph, PathSettings(**to_dict(cfg.paths)))
-            concurrency = 1  # CPU-bound graph work over one connection
+            concurrency = 1  # CPU-bound graph work over one connection, item after item
         elif cfg.teacher == "llm":
             client = client or make_client(cfg.llm, default_cache=out / "llm_cache.sqlite")
             teacher = LLMTeacher(cfg, graph, client, ledger)
-            concurrency = cfg.concurrency
+            concurrency = 2 * cfg.llm.max_concurrency
         else:
             raise ConfigError(f"teacher: {cfg.teacher!r} is not one of kg-paths, llm")
-        summary = run_items([(it.id, it) for it in items], teacher, out=out, name="cot", concurrency=concurrency, progress=cfg.progress)
+        summary = run_items([(it.id, it) for it in items], teacher, out=out, name="cot", concurrency=concurrency, progress=cfg.progress,
+                            ledger=ledger if cfg.teacher == "llm" else None)
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}

@@ -28,7 +28,7 @@ from bencao.data_gen.runner import Done, Skip, load_records, run_items, save_sum
 from bencao.data_gen.templates import render
 from bencao.errors import BencaoError, ConfigError
 from bencao.llm.base import LLMClient, LLMConfig
-from bencao.llm.structured import StructuredError, complete_json, validate
+from bencao.llm.structured import StructuredError, acomplete_json, validate
 from bencao.text import lang_of, norm_key
 
 log = logging.getLogger(__name__)
@@ -74,10 +74,11 @@ class ExtractConfig:
     max_attribute_entities: int = field(8, help="Entities per snippet asked about at most.")
     type_map: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_TYPE_MAP), help="Teacher entity types → graph types (others kept as written, lower-cased).")
     write_graph: bool = field(True, help="Write the result into the graph as one derived document (false: files only).")
-    concurrency: int = field(4, help="Snippets processed in parallel (requests are bounded by llm.max_concurrency).")
     seed: int = field(0, help="Seed of the schema-selection sample.")
     prompts_dir: str | None = field(None, help="Directory of prompt templates overriding the shipped ones.")
     progress: bool = field(True, help="Show a progress bar.")
+
+    __removed_keys__ = {"concurrency": "llm.max_concurrency is the one knob for requests in flight (snippets in flight follow it)"}
 
 
 def triple_schema(relations: list[str], max_chars: int) -> dict[str, Any]:
@@ -185,13 +186,13 @@ class SnippetExtractor:
                 names[norm_key(name)] = (name, typ)
         return list(names.values())[: self.cfg.max_attribute_entities]
 
-    def __call__(self, s: dict[str, Any]) -> Done | Skip:
+    async def __call__(self, s: dict[str, Any]) -> Done | Skip:
         cfg = self.cfg
         lang = lang_of(s["text"])
         path = " / ".join(s["path"])
         text = s["text"][: cfg.max_snippet_chars]
         msgs = render("extract_triples", lang, cfg.prompts_dir, relations=self.rels.relations, path=path, text=text)
-        res = complete_json(self.triples_client, msgs, TRIPLES_ENVELOPE, lang=lang)
+        res = await acomplete_json(self.triples_client, msgs, TRIPLES_ENVELOPE, lang=lang)
         if not res.ok:
             return Skip(f"extract_triples_{res.kind}", res.error or "")
         where = norm_key(f"{path} {s['text']}")
@@ -210,7 +211,7 @@ class SnippetExtractor:
         cands = self.attribute_candidates(s, triples) if cfg.attributes else []
         if cands:
             msgs = render("entity_attributes", lang, cfg.prompts_dir, entities=[n for n, _ in cands], keys=cfg.attribute_keys, path=path, text=text)
-            ares = complete_json(self.attr_client, msgs, ATTRIBUTES_SCHEMA, lang=lang)
+            ares = await acomplete_json(self.attr_client, msgs, ATTRIBUTES_SCHEMA, lang=lang)
             if not ares.ok:
                 return Skip(f"entity_attributes_{ares.kind}", ares.error or "")
             attributes = self.clean_attributes(ares.value["entities"], cands, dropped)
@@ -286,7 +287,8 @@ def run_extract(cfg: ExtractConfig, client: LLMClient | None = None) -> dict[str
         extra.update({"relations": rels.names, "relation_selection": rels.selection})
         work = SnippetExtractor(cfg, graph, rels, ledger, client)
         items = [(f"{s['id']}:{rels.key}", s) for s in snippets]
-        summary = run_items(items, work, out=out, name="extract", concurrency=max(1, cfg.concurrency), progress=cfg.progress)
+        summary = run_items(items, work, out=out, name="extract", concurrency=2 * cfg.llm.max_concurrency, progress=cfg.progress,
+                            ledger=ledger)
         records = load_records(out, "extract", order=[i for i, _ in items])
         dropped: Counter[str] = Counter()
         for r in records:

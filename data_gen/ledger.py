@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.io import atomic_write_json
-from bencao.llm.base import Completion, LLMClient, LLMError, Message
+from bencao.llm.base import Completion, LLMClient, LLMError, Message, SyncFacade
 
 _FIELDS = ("requests", "cache_hits", "prompt_tokens", "completion_tokens", "failures", "cost")
 
@@ -65,24 +65,24 @@ class Ledger:
         return MeteredClient(inner, self, step)
 
 
-class MeteredClient:
+class MeteredClient(SyncFacade):
     """A client that books each reply (or failure) under ``step`` in the ledger."""
 
     def __init__(self, inner: LLMClient, ledger: Ledger, step: str):
         self.inner, self.ledger, self.step = inner, ledger, step
         self.model = inner.model
 
-    def complete(self, messages: list[Message], **params: Any) -> Completion:
+    async def acomplete(self, messages: list[Message], **params: Any) -> Completion:
         try:
-            c = self.inner.complete(messages, **params)
+            c = await self.inner.acomplete(messages, **params)
         except LLMError as exc:
             self.ledger.record(self.step, exc)
             raise
         self.ledger.record(self.step, c)
         return c
 
-    def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
-        out = self.inner.complete_many(batch, **params)
+    async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+        out = await self.inner.acomplete_many(batch, **params)
         for c in out:
             self.ledger.record(self.step, c)
         return out

@@ -21,7 +21,7 @@ from bencao.data_gen.runner import Done, Skip, load_records, run_items, save_sum
 from bencao.data_gen.templates import render
 from bencao.io import atomic_write_json, content_hash
 from bencao.llm.base import LLMClient, LLMConfig
-from bencao.llm.structured import complete_json
+from bencao.llm.structured import acomplete_json
 from bencao.text import lang_of, norm_key
 
 PAIR_COLUMNS = ["anchor", "positive", "negative", "group"]
@@ -43,10 +43,11 @@ class PairsConfig:
     max_snippets_per_entity: int = field(2, help="Book snippets used per entity.")
     eval_ratio: float = field(0.1, help="Share of entities held out as eval.")
     seed: int = field(0, help="Seed of the entity split.")
-    concurrency: int = field(8, help="Entries rewritten in parallel (teacher=llm).")
     limit: int | None = field(None, help="Only the first N entries.")
     prompts_dir: str | None = field(None, help="Directory of prompt templates overriding the shipped ones.")
     progress: bool = field(True, help="Show a progress bar.")
+
+    __removed_keys__ = {"concurrency": "llm.max_concurrency is the one knob for requests in flight (entries in flight follow it)"}
 
 
 def _mask(text: str, names: list[str], lang: str) -> str:
@@ -97,13 +98,13 @@ class PairMaker:
         self.cfg = cfg
         self.client = ledger.client(client, "pair_question") if client is not None and ledger is not None else None
 
-    def __call__(self, entry: dict[str, Any]) -> Done | Skip:
+    async def __call__(self, entry: dict[str, Any]) -> Done | Skip:
         note = None
         if self.client is None:
             question = template_question(entry)
         else:
             msgs = render("pair_question", entry["lang"], self.cfg.prompts_dir, entity=entry["entity"], explanation=entry["explanation"])
-            res = complete_json(self.client, msgs, QUESTION_SCHEMA, lang=entry["lang"])
+            res = await acomplete_json(self.client, msgs, QUESTION_SCHEMA, lang=entry["lang"])
             if not res.ok:
                 return Skip(f"pair_question_{res.kind}", res.error or "")
             question = res.value["question"].strip()
@@ -155,8 +156,8 @@ def run_pairs(cfg: PairsConfig, client: LLMClient | None = None) -> dict[str, An
     if cfg.teacher == "llm":
         client = client or make_client(cfg.llm, default_cache=out / "llm_cache.sqlite")
     maker = PairMaker(cfg, client if cfg.teacher == "llm" else None, ledger)
-    summary = run_items([(e["id"], e) for e in entries], maker, out=out, name="pairs", concurrency=cfg.concurrency if cfg.teacher == "llm" else 1,
-                        progress=cfg.progress)
+    summary = run_items([(e["id"], e) for e in entries], maker, out=out, name="pairs", concurrency=2 * cfg.llm.max_concurrency if cfg.teacher == "llm" else 1,
+                        progress=cfg.progress, ledger=ledger)
     records = load_records(out, "pairs", order=[e["id"] for e in entries])
     first_negatives(records)
     atomic_write_json(out / "provenance.json", {"columns": PAIR_COLUMNS, "rows": [

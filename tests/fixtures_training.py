@@ -44,6 +44,6 @@ def lora_run(tiny_qwen, sft_data, tmp_path_factory) -> tuple[Path, dict]:
     out = tmp_path_factory.mktemp("lora_run") / "out"
     info = main(*parse_args(None, sft_overrides(
         tiny_qwen, sft_data, out, "use_peft=true", "lora_r=8", "lora_alpha=16", "lora_dropout=0.0",
-        "learning_rate=2e-2", "max_steps=12", "save_steps=100", "warmup_steps=0",
+        "learning_rate=2e-2", "max_steps=10", "save_steps=100", "warmup_steps=0",  # 10 steps of 4 per epoch: 2.5 epochs
     )))
     return out, info

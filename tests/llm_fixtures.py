@@ -5,12 +5,15 @@ in-process and Qwen2.5's own chat template (shipped by trl): the real transforme
 path, offline, in about a second. Its text is noise.
 
 The scripted responder stands in for a remote teacher where exact replies are needed
-(malformed JSON, failures at a known request); it goes through the same BaseClient retry logic.
+(malformed JSON, failures at a known request); it goes through the same BaseClient concurrency
+bound. Behind ``bencao.llm.local_server`` its failures become HTTP statuses (429 with Retry-After,
+503, 400), which exercises the openai client's own retries.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from importlib import resources
 from typing import Any, Callable
 
@@ -50,9 +53,9 @@ def tiny_model(tokenizer, seed: int = 0):
     return AutoModelForCausalLM.from_config(cfg).eval()
 
 
-def save_tiny_model(path) -> str:
+def save_tiny_model(path, seed: int = 0) -> str:
     tok = tiny_tokenizer()
-    model = tiny_model(tok)
+    model = tiny_model(tok, seed=seed)
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return str(path)
@@ -64,22 +67,23 @@ Reply = str | Exception | Callable[[list[Message]], "str | Exception"]
 class ScriptedClient(BaseClient):
     """Answers from a script: a list of replies consumed in order, or a function of the messages.
 
-    A reply that is an exception (an :class:`LLMError`) is raised, so retries, timeouts and refusals
-    go through the real retry path. ``calls`` records every request.
+    A reply that is an exception (an :class:`LLMError`) is raised. ``calls`` records every request,
+    ``times`` when it arrived (``time.monotonic``).
     """
 
     def __init__(self, script: list[Reply] | Callable[[list[Message]], "str | Exception"], model: str = "scripted", **kw: Any):
-        kw.setdefault("backoff_s", 0.0)
         kw.setdefault("max_concurrency", 4)
         super().__init__(**kw)
         self.model = model
         self.script = script
         self.calls: list[list[Message]] = []
+        self.times: list[float] = []
         self._lock = threading.Lock()
 
     def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         with self._lock:
             self.calls.append(messages)
+            self.times.append(time.monotonic())
             if callable(self.script):
                 reply: Any = self.script
             else:

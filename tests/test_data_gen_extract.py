@@ -14,6 +14,7 @@ import pytest
 
 from bencao.data_gen.extract import ExtractConfig, run_extract
 from bencao.errors import BencaoError
+from bencao.llm import LLMConfig
 from bencao.llm.cache import CachedClient
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.ingest.registry import ingest_file
@@ -39,7 +40,7 @@ def graph_dir(base_graph, tmp_path):
 
 def _cfg(graph_dir, out, **kw):
     base = dict(graph=str(graph_dir), output=str(out), documents=["神农本草经", "shiliaofang"], sections=["人参", "大枣", "萝卜粥"],
-                progress=False, concurrency=2)
+                progress=False, llm=LLMConfig(max_concurrency=2))
     return ExtractConfig(**{**base, **kw})
 
 
@@ -182,9 +183,9 @@ def test_resume_after_a_kill_has_no_duplicates_and_reuses_the_relation_set(graph
                 raise KeyboardInterrupt  # killed while asking about the third snippet
         return teacher(messages)
 
-    cfg = _cfg(graph_dir, out, concurrency=1)
+    cfg = _cfg(graph_dir, out, llm=LLMConfig(max_concurrency=1))
     with pytest.raises(KeyboardInterrupt):
-        run_extract(cfg, client=ScriptedClient(killing))
+        run_extract(cfg, client=ScriptedClient(killing, max_concurrency=1))
     done = _lines(out / "extract.records.jsonl")
     assert len(done) == 2 and not (out / "extract.graph.json").exists()
     g = Graph.open(graph_dir)

@@ -11,6 +11,7 @@ from bencao.data_gen.cot import CotDistillConfig, run_cot
 from bencao.data_gen.grounding import make_grounder, resolve_grounding
 from bencao.data_gen.personal import write_reasoning
 from bencao.errors import ConfigError
+from bencao.llm import LLMConfig
 from bencao.retrieval.graph.store import Graph
 from tests.data_gen_helpers import QUESTIONS, build_graph, write_questions
 from tests.llm_fixtures import ScriptedClient
@@ -74,7 +75,7 @@ def test_llm_teacher_grounds_through_the_retriever_by_default(indexed_graph, tmp
     client = ScriptedClient(_teacher_script)
     q = write_questions(tmp_path / "q.jsonl", [QUESTIONS[0]])
     s = run_cot(CotDistillConfig(graph=str(d), input=str(q), output=str(tmp_path / "out"), teacher="llm", languages=["zh"], progress=False,
-                          concurrency=1), client=client)
+                          llm=LLMConfig(max_concurrency=1)), client=client)
     assert s["grounding"] == "retriever" and s["done"] == 1
     reason = next(m[-1]["content"] for m in client.calls if "逐步推理" in m[-1]["content"])
     evidence = reason.split("相关原文：")[1]

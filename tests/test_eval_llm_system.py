@@ -65,7 +65,7 @@ def test_scripted_endpoint_exact_scores_failures_and_resume(tmp_path):
     with serve_in_thread(create_app(client)) as base_url:
         cfg = load_serve_config(None, ["answer.closed_book=true", "n_resamples=0", "batch_size=4", "answerer=generator",
                                        "generator.backend=openai", "generator.model=scripted-teacher", f"generator.base_url={base_url}",
-                                       "generator.max_retries=0", "generator.backoff_s=0"])
+                                       "generator.max_retries=0"])
         out = tmp_path / "out"
         first = evaluate(benches, "llm", None, out, cfg, progress=False)
         assert first["mcq_zh"]["missing"] == 1 and first["mcq_zh"]["n"] == 5  # q5 failed: not written

@@ -61,7 +61,31 @@ def test_model_card_has_the_required_sections(exported):
     assert f"{summary['metrics']['eval_loss']:.4g}" in text
 
 
+def test_the_card_tells_the_run_that_produced_it(exported, lora_run, sft_data):
+    import hashlib
+
+    from huggingface_hub import ModelCard
+
+    _, out = exported
+    run = lora_run[1]
+    card = ModelCard.load(out / "README.md")
+    t = run["training"]
+    # what ran: 10 steps of a max_steps run over 32 rows in batches of 8 is 2.5 epochs (the card used to say 3)
+    assert t["steps_run"] == run["global_step"] == 10 and t["epochs_run"] == 2.5
+    assert "Ran 10 optimizer steps (2.5 epochs) on 1 process(es)" in card.text
+    assert "num_train_epochs" not in run["hyperparameters"] and run["hyperparameters"]["max_steps"] == 10
+    assert t["deepspeed"] is None and "no DeepSpeed" in card.text
+    assert t["precision"]["weights_dtype"] == "float32" and "no mixed precision" in card.text
+    # data hashes are SHA-256 of the files, labelled as such
+    want = hashlib.sha256(sft_data[0].read_bytes()).hexdigest()
+    assert run["datasets"][0]["sha256"] == want and f"SHA-256 `{want}`" in card.text
+    # languages come from the training rows (the tiny set alternates Chinese and English)
+    assert run["languages"] == {"zh": 16, "en": 16} and sorted(card.data.language) == ["en", "zh"]
+
+
 def test_hub_dry_run_writes_the_exact_upload(exported, tmp_path):
+    import hashlib
+
     from bencao.cli import main
 
     _, out = exported
@@ -72,7 +96,11 @@ def test_hub_dry_run_writes_the_exact_upload(exported, tmp_path):
     assert [f["path"] for f in plan["files"]] == files
     assert {"README.md", "model.safetensors", "generation_config.json", "tokenizer.json"} <= set(files)
     assert plan["repo_id"] == "me/bencao-cot" and plan["private"] is True and plan["commit_message"]
-    assert all(f["bytes"] > 0 and len(f["sha256"]) > 8 for f in plan["files"])
+    assert all(f["bytes"] > 0 for f in plan["files"])
+    text = (tmp_path / "again.upload-plan.json").read_text()
+    for f in plan["files"]:  # the real SHA-256 of every file under OUT is in the plan
+        digest = hashlib.sha256((tmp_path / "again" / f["path"]).read_bytes()).hexdigest()
+        assert f["sha256"] == digest and digest in text
 
 
 def test_missing_model_dir_is_a_one_line_error(tmp_path, capsys):

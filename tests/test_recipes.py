@@ -22,7 +22,7 @@ DS_TOP_KEYS = {"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_a
 def test_all_shipped_configs_are_present():
     assert {p.stem for p in ACC} == {"single_gpu", "multi_gpu", "zero2", "zero3", "zero3_offload"}
     assert {p.stem for p in DS} == {"ds_z2", "ds_z3"}
-    assert {p.stem for p in SFT.glob("*.yaml")} == {"lora_zero2", "full_zero3", "qlora_1gpu"}
+    assert {p.stem for p in SFT.glob("*.yaml")} == {"lora_zero2", "full_zero2", "full_zero3", "qlora_1gpu"}
     assert {p.stem for p in (REPO / "configs" / "embed" / "bge-m3").glob("*.yaml")} == {"cmnrl", "lora"}
 
 
@@ -79,6 +79,26 @@ def test_lora_zero2_recipe_is_the_papers_setting():
     assert args.per_device_train_batch_size == 2 and args.max_length == 2048
     assert args.assistant_only_loss and args.deepspeed.endswith("configs/deepspeed/ds_z2.json")
     assert script.train_file and script.eval_file
+
+
+def test_full_zero2_recipe_is_tcm_diffrag_exactly():
+    from bencao.training.sft import parse_args
+
+    _, args, model = parse_args(SFT / "full_zero2.yaml")
+    assert model.model_name_or_path == "Qwen/Qwen2.5-7B-Instruct" and not model.use_peft  # full parameters
+    assert args.deepspeed.endswith("configs/deepspeed/ds_z2.json")
+    assert args.learning_rate == pytest.approx(1e-4) and args.warmup_steps == pytest.approx(0.1)
+    assert args.per_device_train_batch_size == 2 and args.max_length == 2048 and args.assistant_only_loss
+
+
+def test_memory_plan_for_the_full_zero2_recipe_on_8x80gb(capsys):
+    from bencao.cli import main
+
+    assert main(["train", "plan", "--config", str(SFT / "full_zero2.yaml"), "--model-config", str(ARCH), "--num-gpus", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "7.62 B parameters, 7615.6 M trainable (full)" in out
+    zero2 = next(ln for ln in out.splitlines() if ln.startswith("zero2"))
+    assert "<- recipe" in zero2 and float(zero2.split()[1]) == pytest.approx(30.1, abs=0.05)  # model states per GPU, < 80 GB
 
 
 def test_full_zero3_and_qlora_recipes_parse():

@@ -136,19 +136,23 @@ def test_torchrun_two_processes_gloo(tiny_qwen, sft_data, tmp_path):
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "bencao_training.json").read_text())
-    assert summary["hyperparameters"]["world_size"] == 2
+    assert summary["training"]["world_size"] == 2 and summary["training"]["deepspeed"] is None
     assert summary["global_step"] == 3 and summary["metrics"]["adapter_parameters"] > 0
 
 
 @pytest.mark.slow
 @pytest.mark.distributed
 def test_accelerate_launch_deepspeed_zero2(tiny_qwen, sft_data, tmp_path):
+    from bencao.training.model_card import run_text
+
     out = tmp_path / "z2"
-    _accelerate_sft(tmp_path, "deepspeed: configs/deepspeed/ds_z2.json\nuse_peft: true\nmax_steps: 3\nsave_steps: 100\n", "zero2",
-                    sft_overrides(tiny_qwen, sft_data, out))
+    # DeepSpeed switched on by the launcher's accelerate config alone (the recipe has no deepspeed key): the record and
+    # the card must still say ZeRO-2 (they used to say deepspeed: false)
+    _accelerate_sft(tmp_path, "use_peft: true\nmax_steps: 3\nsave_steps: 100\n", "zero2", sft_overrides(tiny_qwen, sft_data, out))
     summary = json.loads((out / "bencao_training.json").read_text())
-    assert summary["hyperparameters"]["world_size"] == 2
-    assert summary["hyperparameters"]["deepspeed"].endswith("ds_z2.json")
+    assert summary["training"]["world_size"] == 2 and summary["training"]["distributed_type"] == "DEEPSPEED"
+    assert summary["training"]["deepspeed"]["zero_stage"] == 2
+    assert "DeepSpeed ZeRO-2" in run_text(summary) and summary["training"]["steps_run"] == 3
     assert summary["metrics"]["adapter_parameters"] > 0
 
 
@@ -181,6 +185,27 @@ def test_command_line_errors_are_one_line_exit_2(tmp_path, capsys, sft_data):
                 f"model_name_or_path={tmp_path}", f"output_dir={tmp_path / 'o'}"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and "bad.jsonl:line 1" in err[-1]
+
+
+def test_rows_longer_than_max_length_are_counted_and_can_be_dropped(tiny_qwen, sft_data, tmp_path, caplog):
+    from transformers import AutoTokenizer
+
+    from bencao.training.sft import build_trainer, parse_args
+
+    tok = AutoTokenizer.from_pretrained(tiny_qwen)
+    convs = [json.loads(line)["messages"] for line in sft_data[0].read_text(encoding="utf-8").splitlines()]
+    lengths = [len(tok.apply_chat_template(m, tokenize=True, return_dict=True)["input_ids"]) for m in convs]
+    limit = sorted(lengths)[len(lengths) // 2]
+    over = sum(n > limit for n in lengths)
+    assert 0 < over < len(convs)
+    with caplog.at_level("WARNING", logger="bencao.training.sft"):
+        kept = build_trainer(*parse_args(None, sft_overrides(tiny_qwen, sft_data, tmp_path / "a", f"max_length={limit}")))
+    report = kept.data_report["train"]
+    assert report["over_max_length"] == over and report["overlong"] == "truncated" and report["longest_tokens"] == max(lengths)
+    assert f"{over} of {len(convs)} rows are longer than max_length={limit}" in caplog.text
+    dropped = build_trainer(*parse_args(None, sft_overrides(tiny_qwen, sft_data, tmp_path / "b", f"max_length={limit}", "overlong=drop")))
+    assert len(dropped.train_dataset) == dropped.data_report["train"]["used"] == len(convs) - over
+    assert max(len(ids) for ids in dropped.train_dataset["input_ids"]) <= limit
 
 
 def test_packing_keeps_the_assistant_only_mask(tiny_qwen, sft_data, tmp_path):

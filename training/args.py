@@ -12,6 +12,7 @@ dataclasses, otherwise the file and the key are named in a one-line error.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import dataclasses
 import enum
@@ -129,9 +130,15 @@ def run_script(argv: Sequence[str] | None, prog: str, description: str,
                parse_args: Callable[..., tuple[Any, ...]], main: Callable[..., Any]) -> int:
     """The ``__main__`` of a training script: parse ``--config`` + overrides, run ``main``, and turn a
     user error into one line and exit code 2 (the same under python -m, torchrun and accelerate)."""
+    from bencao.training.stop import Stopped
+
     config, overrides = split_cli(argv, prog, description)
     try:
         main(*parse_args(config, overrides))
+    except Stopped as exc:  # SIGTERM/SIGINT: checkpoint saved, 128 + signal as a killed process would report
+        if os.environ.get("RANK", "0") == "0":
+            print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except BencaoError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,8 +25,14 @@ def sft_cmd(
     main_process_ip: Optional[str] = typer.Option(None, "--main-process-ip", help="Multi-node: address of rank 0."),
     main_process_port: Optional[int] = typer.Option(None, "--main-process-port", help="Multi-node: port of rank 0."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch command instead of running it."),
+    stop_grace_s: float = typer.Option(25.0, "--stop-grace-s", help="After SIGTERM/SIGINT: seconds the ranks get to save a checkpoint "
+                                       "before whatever is left of the run is killed."),
 ) -> None:
-    """Supervised fine-tuning (trl SFTTrainer; LoRA or full). In-process, or through accelerate launch."""
+    """Supervised fine-tuning (trl SFTTrainer; LoRA or full). In-process, or through accelerate launch.
+
+    SIGTERM or SIGINT (a scheduler, Ctrl-C) reaches every rank: each finishes its step, a checkpoint is
+    saved and the run stops (exit code 128 + signal); the same command resumes it.
+    """
     from bencao.training import launch
     from bencao.training.args import recipe_dict
 
@@ -47,7 +53,12 @@ def sft_cmd(
     )
     typer.echo(" ".join(cmd))
     if not dry_run:
-        rc = launch.run(cmd)
+        rc, stopped_by = launch.run(cmd, grace_s=stop_grace_s)
+        if stopped_by is not None:
+            from bencao.training.stop import Stopped, last_checkpoint
+
+            out = recipe.get("output_dir")
+            raise Stopped(stopped_by, None, last_checkpoint(str(out)) if out else None)
         if rc:
             from bencao.errors import BencaoError
 
@@ -59,7 +70,10 @@ def embedder_cmd(
     config: Path = typer.Option(..., "--config", "-c", help="Embedder recipe (YAML), e.g. configs/embed/bge-m3/cmnrl.yaml"),
     overrides: Optional[list[str]] = OVERRIDES,
 ) -> None:
-    """Contrastive fine-tuning of the embedder (MNRL / cached MNRL), IR figures before and after."""
+    """Contrastive fine-tuning of the embedder (MNRL / cached MNRL), IR figures before and after.
+
+    SIGTERM or SIGINT: the step is finished, a checkpoint saved and the run stops (exit code 128 + signal).
+    """
     from bencao.training.embedder import main, parse_args
 
     main(*parse_args(config, overrides or []))

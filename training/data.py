@@ -66,7 +66,8 @@ def load_sft(path: str | Path, split: str = "train"):
 
 
 def load_pairs(path: str | Path, split: str = "train") -> list[dict[str, str]]:
-    """Embedder pairs as ``{anchor, positive, negative, group}`` dicts (negative/group may be "")."""
+    """Embedder pairs as ``{anchor, positive, negative, group, where}`` dicts (negative/group may be "";
+    ``where`` is the row's place in the file, ``line 7`` or ``row 6``, for error messages)."""
     path = Path(path)
     if path.is_dir():
         items = ((f"row {i}", r) for i, r in enumerate(_from_disk(path, split)))
@@ -85,5 +86,6 @@ def load_pairs(path: str | Path, split: str = "train") -> list[dict[str, str]]:
         for key in ("anchor", "positive"):
             if not row[key].strip():
                 raise InputError(path, f"empty {key!r}", record=where)
+        row["where"] = where
         rows.append(row)
     return rows

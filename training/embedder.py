@@ -10,9 +10,13 @@ flat YAML mapping over ``EmbedderScriptArguments`` (below) and sentence-transfor
 - Losses (a registry): ``mnrl`` = MultipleNegativesRankingLoss, ``cmnrl`` = its cached (GradCache)
   version, same loss with constant memory per mini-batch.
 - Batches: ``no_duplicates`` (no text twice in a batch, so no false in-batch negative),
-  ``group`` (every batch drawn from one ``group`` — MLKG's same-section negatives — also without
-  duplicates), or ``batch`` (plain shuffling).
-- Hard negatives: the ``negative`` column is used when every training row has one (``auto``).
+  ``group`` (full batches of whole groups, small groups sharing a batch — MLKG's same-section
+  negatives — also without duplicates; used/skipped counts in the training record), or ``batch``
+  (plain shuffling).
+- Hard negatives (``auto``): the ``negative`` column where rows have one; rows that lack one get one
+  mined with the base model (sentence-transformers ``mine_hard_negatives``); how many were given,
+  mined or left without one is logged and recorded. ``require``: a row without one is an error
+  naming it. ``off``: in-batch negatives only.
 - Evaluation: ``InformationRetrievalEvaluator`` on the held-out split (anchors as queries, positives
   and negatives as the corpus) before and after training: Recall@k, MRR@10, nDCG@10, written to
   ``<output_dir>/bencao_training.json``.
@@ -26,6 +30,7 @@ import logging
 import math
 import random
 import sys
+from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -48,8 +53,8 @@ class EmbedderScriptArguments:
     loss: str = field(default="mnrl", metadata={"help": "Loss name: mnrl (MultipleNegativesRankingLoss) or cmnrl (CachedMultipleNegativesRankingLoss)."})
     scale: float = field(default=20.0, metadata={"help": "Similarity scale (inverse temperature) of the ranking loss."})
     mini_batch_size: int = field(default=32, metadata={"help": "cmnrl: texts per forward pass; memory stays constant as the batch grows."})
-    batch_sampling: str = field(default="no_duplicates", metadata={"help": "no_duplicates | group (each batch from one group) | batch (plain shuffle)."})
-    hard_negatives: str = field(default="auto", metadata={"help": "auto (use 'negative' when every row has one) | require (error when a row has none) | off."})
+    batch_sampling: str = field(default="no_duplicates", metadata={"help": "no_duplicates | group (full batches of whole groups, same-group negatives first) | batch (plain shuffle)."})
+    hard_negatives: str = field(default="auto", metadata={"help": "auto (the 'negative' column; rows lacking one get one mined with the base model; counts recorded) | require (error naming a row without one) | off."})
     max_seq_length: int | None = field(default=None, metadata={"help": "Truncate inputs to this many tokens (bge-m3 allows 8192; 512 is plenty for terms)."})
     use_lora: bool = field(default=False, metadata={"help": "Train a LoRA adapter instead of all weights."})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank."})
@@ -112,7 +117,7 @@ def make_loss(name: str, model, args: EmbedderScriptArguments):
     return LOSSES[name](model, args)
 
 
-# ---- batches from one group ----------------------------------------------------------------
+# ---- batches of whole groups ---------------------------------------------------------------
 
 def _default_sampler_base():
     from sentence_transformers.base.sampler import DefaultBatchSampler
@@ -121,13 +126,16 @@ def _default_sampler_base():
 
 
 class SameGroupBatchSampler(_default_sampler_base()):  # type: ignore[misc]
-    """Batches drawn from a single group each, with no text repeated inside a batch.
+    """Full batches made of whole groups, with no text repeated inside a batch.
 
-    In-batch negatives then come from the same group (MLKG: the same section), which makes them
-    hard. A row whose text already sits in the open batch waits for the next batch of its group.
-    Batches with fewer than ``min_batch`` rows have no negative to learn from and are skipped
-    (rows of singleton groups are therefore not trained on; give them a ``negative`` or merge groups).
-    The order is reshuffled every epoch from ``seed + epoch``.
+    Rows are ordered group by group (groups in a random order, rows shuffled inside their group;
+    both reshuffled every epoch from ``seed + epoch``) and cut into batches of ``batch_size``: a
+    group larger than a batch fills whole batches of its own, small groups share a batch, so the
+    in-batch negatives of a row are its groupmates first (MLKG: the same section) and the batch is
+    always the recipe's size. A row whose text already sits in the open batch moves on to the next
+    batch. Only the end of an epoch can leave a short batch: kept unless ``drop_last`` (or it holds a
+    single row, which has no negative to learn from); its rows are counted as skipped otherwise.
+    :meth:`stats` gives the counts for the training record.
     """
 
     def __init__(self, dataset, batch_size: int, drop_last: bool, valid_label_columns=None, generator=None, seed: int = 0,
@@ -138,7 +146,7 @@ class SameGroupBatchSampler(_default_sampler_base()):  # type: ignore[misc]
             raise ValueError(f"groups has {len(groups)} entries for {len(dataset)} rows")
         self.groups = list(groups)
         cols = [c for c in dataset.column_names if c not in (valid_label_columns or [])]
-        self.texts = [tuple(row) for row in zip(*(dataset[c] for c in cols))]
+        self.texts = [frozenset(t for t in row if t) for row in zip(*(dataset[c] for c in cols))]
         self.min_batch = min_batch
         self.epoch = 0
         self._cache: tuple[int, list[list[int]]] | None = None
@@ -153,28 +161,47 @@ class SameGroupBatchSampler(_default_sampler_base()):  # type: ignore[misc]
         by_group: dict[str, list[int]] = {}
         for i, g in enumerate(self.groups):
             by_group.setdefault(g, []).append(i)
+        names = sorted(by_group)
+        rng.shuffle(names)
+        queue: deque[int] = deque()
+        for g in names:
+            members = by_group[g][:]
+            rng.shuffle(members)
+            queue.extend(members)
         out: list[list[int]] = []
-        for g in sorted(by_group):
-            pending = by_group[g][:]
-            rng.shuffle(pending)
-            while pending:
-                # Even split (5 rows, batch 4 -> 3 + 2), so no group ends in a batch of one.
-                cap = math.ceil(len(pending) / math.ceil(len(pending) / self.batch_size))
-                batch, seen, rest = [], set(), []
-                for i in pending:
-                    texts = {t for t in self.texts[i] if t}
-                    if len(batch) < cap and not (texts & seen):
-                        batch.append(i)
-                        seen |= texts
-                    else:
-                        rest.append(i)
-                pending = rest
-                full = len(batch) == self.batch_size
-                if len(batch) >= self.min_batch and (full or not self.drop_last):
-                    out.append(batch)
+        deferred: list[int] = []
+        while queue or deferred:
+            source = deque(deferred)  # rows moved on from the last batch come first
+            deferred = []
+            batch: list[int] = []
+            seen: set[str] = set()
+            while len(batch) < self.batch_size and (source or queue):
+                i = source.popleft() if source else queue.popleft()
+                if self.texts[i] & seen:
+                    deferred.append(i)
+                else:
+                    batch.append(i)
+                    seen |= self.texts[i]
+            deferred.extend(source)
+            if len(batch) == self.batch_size or (not self.drop_last and len(batch) >= self.min_batch):
+                out.append(batch)
         rng.shuffle(out)
         self._cache = (self.epoch, out)
         return out
+
+    def stats(self) -> dict[str, Any]:
+        """Rows used and skipped, batches (full ones), and rows that share a batch with a groupmate."""
+        batches = self.batches()
+        used = sum(len(b) for b in batches)
+        with_mate = 0
+        for b in batches:
+            counts: dict[str, int] = {}
+            for i in b:
+                counts[self.groups[i]] = counts.get(self.groups[i], 0) + 1
+            with_mate += sum(n for n in counts.values() if n > 1)
+        return {"rows": len(self.groups), "used": used, "skipped": len(self.groups) - used, "batch_size": self.batch_size,
+                "batches": len(batches), "full_batches": sum(len(b) == self.batch_size for b in batches),
+                "rows_with_groupmate_in_batch": with_mate}
 
     def __iter__(self) -> Iterator[list[int]]:
         yield from self.batches()
@@ -238,21 +265,61 @@ def to_dataset(rows: list[dict[str, str]], use_negative: bool):
     return Dataset.from_dict({c: [r[c] for r in rows] for c in cols})
 
 
-def decide_negatives(rows: list[dict[str, str]], mode: str, path: str) -> bool:
+def decide_negatives(rows: list[dict[str, str]], mode: str, path: str) -> str:
+    """What to do about hard negatives: ``use`` (every row has one), ``mine`` (some rows lack one),
+    ``none`` (no row has one, or ``off``). ``require`` with a row lacking one is an error naming the row."""
     if mode == "off":
-        return False
+        return "none"
     missing = [i for i, r in enumerate(rows) if not r["negative"].strip()]
     if mode == "require" and missing:
-        raise InputError(path, "no 'negative' (hard_negatives: require)", record=f"row {missing[0] + 1}")
-    if missing and len(missing) < len(rows):
-        log.warning("%s: %d of %d rows have no negative; training without hard negatives", path, len(missing), len(rows))
-    return not missing
+        first = rows[missing[0]]
+        raise InputError(path, f"no 'negative' (hard_negatives: require; {len(missing)} of {len(rows)} rows lack one)",
+                         record=first.get("where") or f"row {missing[0] + 1}")
+    if not missing:
+        return "use"
+    return "none" if len(missing) == len(rows) else "mine"
+
+
+def mine_missing_negatives(rows: list[dict[str, str]], model, batch_size: int = 64, seed: int = 0) -> dict[str, int]:
+    """Fill the rows that lack a negative, in place, with sentence-transformers' ``mine_hard_negatives``.
+
+    Candidates are the training set's own positives and negatives, ranked by the (base) model's
+    similarity to the anchor; the nearest one scoring at least 5 % below the row's own positive is
+    taken (NV-Retriever's margin against false negatives). A row with no such candidate gets another
+    row's positive, i.e. one more in-batch-style negative: it trains without a hard one, and is counted.
+    """
+    from datasets import Dataset
+    from sentence_transformers.util import mine_hard_negatives
+
+    missing = [i for i, r in enumerate(rows) if not r["negative"].strip()]
+    corpus = list(dict.fromkeys(t for r in rows for t in (r["positive"], r["negative"]) if t.strip()))
+    found: dict[tuple[str, str], str] = {}
+    if missing and len(corpus) > 1:
+        pairs = Dataset.from_dict({"anchor": [rows[i]["anchor"] for i in missing], "positive": [rows[i]["positive"] for i in missing]})
+        mined = mine_hard_negatives(pairs, model, corpus=corpus, num_negatives=1, relative_margin=0.05, sampling_strategy="top",
+                                    output_format="triplet", batch_size=batch_size, verbose=False)
+        found = {(a, p): n for a, p, n in zip(mined["anchor"], mined["positive"], mined["negative"])}
+    rng = random.Random(seed)
+    counts = {"mined": 0, "without_hard_negative": 0}
+    for i in missing:
+        r = rows[i]
+        neg = found.get((r["anchor"], r["positive"]))
+        if neg:
+            counts["mined"] += 1
+        else:
+            others = [t for t in corpus if t != r["positive"]] or [r["positive"]]
+            neg = others[rng.randrange(len(others))]
+            counts["without_hard_negative"] += 1
+        r["negative"] = neg
+    return counts
 
 
 def load_model(args: EmbedderScriptArguments):
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(args.model_name_or_path)
+    from bencao.models import resolve_model
+
+    model = SentenceTransformer(resolve_model(args.model_name_or_path))
     if args.max_seq_length:
         model.max_seq_length = args.max_seq_length
     if args.use_lora:
@@ -269,25 +336,43 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     from sentence_transformers import SentenceTransformerTrainer
     from sentence_transformers.base.sampler import BatchSamplers
 
-    from bencao.io import atomic_write_json, file_hash
+    from bencao.io import atomic_write_json
     from bencao.training.data import load_pairs
+    from bencao.training.record import file_entry, languages, run_facts
     from bencao.training.sft import resolve_resume
+    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
 
     rows = load_pairs(script_args.train_file)
     if script_args.eval_file:
         train_rows, held = rows, load_pairs(script_args.eval_file, "eval")
     else:
         train_rows, held = split_heldout(rows, script_args.eval_fraction)
-    use_neg = decide_negatives(train_rows, script_args.hard_negatives, script_args.train_file)
+    negatives = decide_negatives(train_rows, script_args.hard_negatives, script_args.train_file)
+    model = load_model(script_args)
+    n_given = sum(1 for r in train_rows if r["negative"].strip()) if negatives != "none" else 0
+    neg_report = {"mode": script_args.hard_negatives, "rows": len(train_rows), "given": n_given, "mined": 0,
+                  "without_hard_negative": len(train_rows) if negatives == "none" else 0}
+    if negatives == "mine":
+        neg_report.update(mine_missing_negatives(train_rows, model, script_args.eval_batch_size, training_args.seed))
+    if neg_report["mined"] or neg_report["without_hard_negative"]:
+        log.warning("%s: hard negatives: %d given, %d mined with the base model, %d rows train without one (hard_negatives: %s)",
+                    script_args.train_file, neg_report["given"], neg_report["mined"], neg_report["without_hard_negative"],
+                    script_args.hard_negatives)
+    use_neg = negatives != "none"
     train_ds = to_dataset(train_rows, use_neg)
+    batching: dict[str, Any] = {"sampling": script_args.batch_sampling}
     if script_args.batch_sampling == "group":
-        training_args.batch_sampler = partial(SameGroupBatchSampler, groups=[r["group"] for r in train_rows])
+        groups = [r["group"] for r in train_rows]
+        training_args.batch_sampler = partial(SameGroupBatchSampler, groups=groups)
+        batching.update(SameGroupBatchSampler(train_ds, batch_size=training_args.per_device_train_batch_size,
+                                              drop_last=training_args.dataloader_drop_last, groups=groups,
+                                              seed=training_args.seed).stats())
+        log.info("group batches (epoch 0): %s", batching)
     elif script_args.batch_sampling == "no_duplicates":
         training_args.batch_sampler = BatchSamplers.NO_DUPLICATES
     else:
         training_args.batch_sampler = BatchSamplers.BATCH_SAMPLER
 
-    model = load_model(script_args)
     evaluator = ir_evaluator(held, script_args)
     before = ir_figures(evaluator(model))
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
@@ -295,7 +380,11 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     trainer = SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=train_ds, loss=make_loss(script_args.loss, model, script_args)
     )
-    result = trainer.train(resume_from_checkpoint=resume)
+    with graceful_stop() as stop:
+        trainer.add_callback(stop.callback())
+        result = trainer.train(resume_from_checkpoint=resume)
+    if stop.signum is not None:
+        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
     after = ir_figures(evaluator(model))
     out = Path(training_args.output_dir)
     info: dict[str, Any] = {}
@@ -306,28 +395,32 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
 
             check_adapter_nonempty(out)
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        steps_key = "max_steps" if training_args.max_steps and training_args.max_steps > 0 else "num_train_epochs"
         info = {
             "kind": "sentence-transformer",
             "base_model": script_args.model_name_or_path,
-            "datasets": [
-                {"path": script_args.train_file, "sha256": file_hash(script_args.train_file) if Path(script_args.train_file).is_file() else None,
-                 "split": "train", "records": len(train_rows)},
-                {"path": script_args.eval_file or f"{script_args.train_file} (held-out groups, {script_args.eval_fraction:.0%})",
-                 "split": "eval", "records": len(held)},
-            ],
+            "datasets": [d for d in (
+                file_entry(script_args.train_file, "train", len(train_rows)),
+                file_entry(script_args.eval_file, "eval", len(held)) if script_args.eval_file else
+                {"path": f"{script_args.train_file} (held-out groups, {script_args.eval_fraction:.0%})", "split": "eval", "records": len(held)},
+            ) if d],
+            "languages": languages(f"{r['anchor']} {r['positive']}" for r in train_rows),
             "hyperparameters": {
                 "loss": script_args.loss, "scale": script_args.scale, "batch_sampling": script_args.batch_sampling,
                 "hard_negatives": use_neg, "learning_rate": training_args.learning_rate,
-                "num_train_epochs": training_args.num_train_epochs, "max_steps": training_args.max_steps,
+                steps_key: getattr(training_args, steps_key),
                 "per_device_train_batch_size": training_args.per_device_train_batch_size,
                 "warmup_steps": training_args.warmup_steps, "seed": training_args.seed,
                 "method": "lora" if script_args.use_lora else "full", "max_seq_length": model.max_seq_length,
                 **({"lora_r": script_args.lora_r, "lora_alpha": script_args.lora_alpha} if script_args.use_lora else {}),
             },
+            "training": run_facts(trainer),
             "metrics": {
                 "ir_before": before, "ir_after": after, "train_loss": float(result.training_loss),
                 **({"train_loss_first": float(losses[0]), "train_loss_last": float(losses[-1])} if losses else {}),
             },
+            "hard_negatives": neg_report,
+            "batching": batching,
             "global_step": trainer.state.global_step,
             "resumed_from": resume,
         }

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import BencaoError, ConfigError
-from bencao.io import atomic_write_json, file_hash
+from bencao.io import atomic_write_json
+from bencao.models import file_sha256
 from bencao.training.model_card import render_card
 
 SUMMARY_FILE = "bencao_training.json"
@@ -64,10 +65,12 @@ def merge_causal_lm(model_dir: Path, base: str | None, summary: dict[str, Any]):
 
     from bencao.training.sft import check_adapter_nonempty
 
+    from bencao.models import resolve_model
+
     check_adapter_nonempty(model_dir)
     base_id = _adapter_base(model_dir, base, summary)
-    _refuse_quantised(base_id)
-    model = AutoModelForCausalLM.from_pretrained(base_id, dtype="auto", device_map={"": "cpu"})
+    _refuse_quantised(resolve_model(base_id))
+    model = AutoModelForCausalLM.from_pretrained(resolve_model(base_id), dtype="auto", device_map={"": "cpu"})
     if model.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise BencaoError(f"{base_id}: unexpected dtype {model.dtype} for a merge")
     merged = PeftModel.from_pretrained(model, str(model_dir)).merge_and_unload()
@@ -75,47 +78,28 @@ def merge_causal_lm(model_dir: Path, base: str | None, summary: dict[str, Any]):
 
 
 def merge_sentence_transformer(model_dir: Path, base: str | None, summary: dict[str, Any]):
-    """(model, base id, merged?): LoRA layers of a sentence-transformer folded into their base layers."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
+    """(model, base id, merged?): a sentence-transformer's LoRA adapter merged into its base with peft's
+    ``merge_and_unload``; the trained model's ``max_seq_length`` is kept."""
     from sentence_transformers import SentenceTransformer
 
-    has_adapter = (model_dir / "adapter_config.json").exists()
-    if has_adapter:
-        from bencao.training.sft import check_adapter_nonempty
+    if not (model_dir / "adapter_config.json").exists():
+        return SentenceTransformer(str(model_dir), device="cpu"), summary.get("base_model"), False
+    from peft import PeftModel
 
-        check_adapter_nonempty(model_dir)
-    if has_adapter and base:
-        model = SentenceTransformer(base, device="cpu")
-        model.load_adapter(str(model_dir))
-    else:
-        model = SentenceTransformer(str(model_dir), device="cpu")
-    if not has_adapter:
-        return model, summary.get("base_model"), False
-    merged_any = False
-    for module in model.modules():
-        inner = getattr(module, "auto_model", None)
-        if inner is None or not getattr(inner, "_hf_peft_config_loaded", False):
-            continue
-        for name, sub in list(inner.named_modules()):
-            if isinstance(sub, BaseTunerLayer):
-                sub.merge()
-                parent = inner.get_submodule(name.rsplit(".", 1)[0]) if "." in name else inner
-                setattr(parent, name.rsplit(".", 1)[-1], sub.get_base_layer())
-                merged_any = True
-        inner._hf_peft_config_loaded = False
-        # transformers records the renames it applied when loading the adapter and reverses them on
-        # save ("base_model.model." prefixes); the merged weights are plain, so drop those renames.
-        convs = getattr(inner, "_weight_conversions", None)
-        if convs:
-            inner._weight_conversions = [
-                c for c in convs
-                if not any("base_model.model." in p or "lora_" in p for p in getattr(c, "source_patterns", []) or [])
-            ]
-        if hasattr(inner, "peft_config"):
-            del inner.peft_config
-    if not merged_any:
-        raise BencaoError(f"{model_dir}: adapter_config.json is present but no LoRA layer was loaded")
-    return model, base or summary.get("base_model"), True
+    from bencao.models import resolve_model
+    from bencao.training.sft import check_adapter_nonempty
+
+    check_adapter_nonempty(model_dir)
+    base_id = _adapter_base(model_dir, base, summary)
+    model = SentenceTransformer(resolve_model(base_id), device="cpu")
+    transformer = model[0]
+    transformer.auto_model = PeftModel.from_pretrained(transformer.auto_model, str(model_dir)).merge_and_unload()
+    trained_cfg = model_dir / "sentence_bert_config.json"
+    if trained_cfg.exists():
+        max_len = json.loads(trained_cfg.read_text(encoding="utf-8")).get("max_seq_length")
+        if max_len:
+            model.max_seq_length = int(max_len)
+    return model, base_id, True
 
 
 def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> Exported:
@@ -161,7 +145,7 @@ def upload_plan(folder: Path, repo: str, private: bool, commit_message: str) -> 
         "private": private,
         "commit_message": commit_message,
         "files": [
-            {"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": file_hash(p)} for p in files
+            {"path": p.relative_to(folder).as_posix(), "bytes": p.stat().st_size, "sha256": file_sha256(p)} for p in files
         ],
     }
 

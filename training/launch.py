@@ -11,6 +11,9 @@ Multi-node flags (``--num-machines``, ``--machine-rank``, ``--main-process-ip``,
 (``zero2`` → ``configs/accelerate/zero2.yaml``); relative DeepSpeed paths inside them are resolved
 against the repository so the line works from any working directory.
 
+The launcher forwards SIGTERM/SIGINT to accelerate (which passes them on to every rank: each saves a
+checkpoint and stops, see ``stop.py``) and kills what is left of the run after a grace period.
+
 On a machine without CUDA, accelerate turns ``MULTI_GPU`` into ``MULTI_CPU`` over gloo with the
 requested process count, and DeepSpeed runs its CPU path. (``--cpu``/``distributed_type:
 MULTI_CPU`` would silently start ONE process, so they are never generated here.)
@@ -20,7 +23,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -75,11 +77,17 @@ def accelerate_command(
     return cmd
 
 
-def run(cmd: Sequence[str]) -> int:
+def run(cmd: Sequence[str], grace_s: float | None = None) -> tuple[int, int | None]:
+    """Run the launch line; SIGTERM/SIGINT reach every rank and nothing outlives ``grace_s`` (see ``stop.py``).
+
+    Returns (exit code, the signal that stopped the run or None).
+    """
+    from bencao.training.stop import DEFAULT_GRACE_S, run_forwarding
+
     env = dict(os.environ)
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("OMP_NUM_THREADS", "1")
-    return subprocess.run(list(cmd), env=env, check=False).returncode
+    return run_forwarding(cmd, env=env, grace_s=DEFAULT_GRACE_S if grace_s is None else grace_s)
 
 
 def script_argv(config: str | Path | None, overrides: Sequence[str]) -> list[str]:

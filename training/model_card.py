@@ -1,7 +1,9 @@
 """Model cards for exported models: hub metadata (huggingface_hub ``ModelCardData``) + a body with
-base model, data, hyper-parameters, evaluation figures, intended use, limitations and a medical
-disclaimer (in English and Chinese). The figures come from ``bencao_training.json`` written at
-training time, never typed by hand.
+base model, data, hyper-parameters, the run itself, evaluation figures, intended use, limitations
+and a medical disclaimer (in English and Chinese). Everything comes from ``bencao_training.json``
+written at training time from the finished run (``training/record.py``), never typed by hand: the
+languages are those of the training rows, the data hashes are SHA-256, the DeepSpeed stage and
+precision are those of the engine that trained, the steps and epochs those actually run.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ INTENDED = {
     ),
     "sentence-transformer": (
         "Dense retrieval in bencao: linking question terms to graph entities and finding the snippets, "
-        "triples and sections that answer a question (Chinese and English)."
+        "triples and sections that answer a question."
     ),
 }
 
@@ -51,13 +53,47 @@ def _table(rows: dict[str, Any], head: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+LANGUAGE_NAMES = {"zh": "Chinese", "en": "English"}
+
+
+def run_text(summary: dict[str, Any]) -> str:
+    """One paragraph on what ran: steps and epochs, processes, DeepSpeed stage, precision."""
+    t = summary.get("training")
+    if not t:
+        return f"Global steps: {summary.get('global_step', 'not recorded')}."
+    ds = t.get("deepspeed")
+    engine = "no DeepSpeed" if not ds else (f"DeepSpeed ZeRO-{ds['zero_stage']}"
+                                           + (f" (optimizer offload: {ds['offload_optimizer']})" if ds.get("offload_optimizer") not in (None, "none") else "")
+                                           + (f" (parameter offload: {ds['offload_param']})" if ds.get("offload_param") not in (None, "none") else ""))
+    p = t.get("precision") or {}
+    mixed = p.get("mixed_precision")
+    precision = f"{mixed} mixed precision" if mixed and mixed != "no" else "no mixed precision"
+    how = f" ({t['distributed_type']})" if t.get("distributed_type") not in (None, "NO") else ""
+    return (f"Ran {t['steps_run']} optimizer steps ({t['epochs_run']:g} epochs) on {t['world_size']} process(es){how}, "
+            f"{engine}, {precision}, weights in {p.get('weights_dtype') or 'an unrecorded dtype'}.")
+
+
+def _dataset_line(d: dict[str, Any]) -> str:
+    line = f"- {d.get('split', '?')}: `{d.get('path')}`" + (f", {d['records']} records" if d.get("records") is not None else "")
+    if d.get("sha256"):
+        line += f", SHA-256 `{d['sha256']}`"
+    elif d.get("sha256_files"):
+        line += ", SHA-256 of its files: " + ", ".join(f"`{k}` `{v}`" for k, v in d["sha256_files"].items())
+    if d.get("over_max_length"):
+        line += f"; {d['over_max_length']} rows longer than max_length ({d.get('overlong', 'truncated')}, longest {d.get('longest_tokens')} tokens)"
+    return line
+
+
 def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merged: bool, model_name: str) -> str:
     """The README.md of an exported model (YAML front matter + body)."""
     from huggingface_hub import ModelCard, ModelCardData
 
+    from bencao.training.record import claimed_languages
+
     is_lm = kind == "causal-lm"
+    langs = claimed_languages(summary.get("languages") or {})
     data = ModelCardData(
-        language=["zh", "en"],
+        language=langs or None,
         license="apache-2.0",
         library_name="transformers" if is_lm else "sentence-transformers",
         pipeline_tag="text-generation" if is_lm else "sentence-similarity",
@@ -74,12 +110,19 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
         lines += [f"| {k} | {_fmt(before.get(k))} | {_fmt(after.get(k))} |" for k in sorted(set(before) | set(after))]
         extra = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         fig_text = "\n".join(lines) + ("\n\n" + _table(extra, ("training", "value")) if extra else "")
-    datasets = summary.get("datasets", [])
-    ds_lines = [
-        f"- {d.get('split', '?')}: `{d.get('path')}`" + (f", {d['records']} records" if d.get("records") is not None else "")
-        + (f", sha256 `{d['sha256']}`" if d.get("sha256") else "")
-        for d in datasets
-    ] or ["- not recorded"]
+    ds_lines = [_dataset_line(d) for d in summary.get("datasets", [])] or ["- not recorded"]
+    counts = summary.get("languages") or {}
+    if counts:
+        ds_lines.append("- languages of the training rows: " + ", ".join(f"{LANGUAGE_NAMES.get(k, k)} {v}" for k, v in counts.items()))
+    neg = summary.get("hard_negatives")
+    if neg:
+        ds_lines.append(f"- hard negatives: {neg['given']} given, {neg['mined']} mined with the base model, "
+                        f"{neg['without_hard_negative']} rows without one")
+    b = summary.get("batching")
+    if b and b.get("sampling") == "group":
+        ds_lines.append(f"- same-group batches of {b['batch_size']}: {b['used']} rows used, {b['skipped']} skipped, "
+                        f"{b['full_batches']} of {b['batches']} batches full")
+    intended = INTENDED[kind] + (f" Trained on {' and '.join(LANGUAGE_NAMES.get(x, x) for x in langs)} data." if langs else "")
     usage = (
         f"```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"
         f"tok = AutoTokenizer.from_pretrained(\"{model_name}\")\nmodel = AutoModelForCausalLM.from_pretrained(\"{model_name}\")\n"
@@ -107,7 +150,9 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
 
 {_table(summary.get("hyperparameters", {}), ("parameter", "value"))}
 
-Global steps: {summary.get("global_step", "not recorded")}. EOS token: `{summary.get("eos_token", "n/a")}`.
+## Training run
+
+{run_text(summary)} EOS token: `{summary.get("eos_token", "n/a")}`.
 
 ## Evaluation
 
@@ -115,7 +160,7 @@ Global steps: {summary.get("global_step", "not recorded")}. EOS token: `{summary
 
 ## Intended use
 
-{INTENDED[kind]}
+{intended}
 
 {usage}
 

@@ -79,8 +79,10 @@ def plan(config: str | Path, overrides: Sequence[str] = (), num_gpus: int = 8, n
     source = model_config or name
     if not source:
         raise ConfigError(f"{config}: model_name_or_path is required")
+    from bencao.models import resolve_model
+
     try:
-        cfg = AutoConfig.from_pretrained(str(source))
+        cfg = AutoConfig.from_pretrained(str(model_config) if model_config else resolve_model(str(source)))
     except OSError as exc:
         raise ConfigError(f"{source}: cannot read the model config ({str(exc).splitlines()[0]}); pass --model-config config.json") from None
     lora = None

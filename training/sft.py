@@ -54,6 +54,11 @@ class SFTScriptArguments:
     check_adapter: bool = field(
         default=True, metadata={"help": "After saving, fail if the LoRA adapter file is missing or holds empty tensors."}
     )
+    overlong: str = field(
+        default="truncate",
+        metadata={"help": "Rows longer than max_length tokens: truncate (trl keeps the start) | drop. Either way their number is "
+                          "logged and recorded in bencao_training.json."},
+    )
 
 
 def dataclass_types() -> tuple[type, ...]:
@@ -88,6 +93,8 @@ def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tupl
     if isinstance(data.get("lora_target_modules"), str):
         data["lora_target_modules"] = [data["lora_target_modules"]]
     script_args, training_args, model_args = parse_recipe(dataclass_types(), data, str(config or "config"))
+    if script_args.overlong not in ("truncate", "drop"):
+        raise ConfigError(f"{config or 'config'}: overlong must be truncate or drop, got {script_args.overlong!r}")
     if not model_args.model_name_or_path:
         raise ConfigError(f"{config or 'config'}: model_name_or_path is required")
     if not script_args.train_file:
@@ -111,9 +118,11 @@ def resolve_resume(value: str | None, output_dir: str) -> str | None:
 def load_tokenizer(script_args, training_args, model_args):
     from transformers import AutoTokenizer
 
+    from bencao.models import resolve_model
+
     name = script_args.tokenizer_name_or_path or model_args.model_name_or_path
     tok = AutoTokenizer.from_pretrained(
-        name, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+        resolve_model(name), revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
     )
     if tok.chat_template is None and training_args.chat_template_path is None:
         raise ConfigError(f"{name}: the tokenizer has no chat template; set chat_template_path to a .jinja file")
@@ -146,11 +155,40 @@ def load_model(training_args, model_args):
         kwargs["device_map"] = {"": PartialState().local_process_index}  # one quantised copy per process
     if training_args.model_init_kwargs:
         kwargs.update(training_args.model_init_kwargs)
-    return AutoModelForCausalLM.from_pretrained(model_args.model_name_or_path, **kwargs)
+    from bencao.models import resolve_model
+
+    return AutoModelForCausalLM.from_pretrained(resolve_model(model_args.model_name_or_path), **kwargs)
+
+
+def overlong_rows(dataset, tok, max_length: int | None, action: str, split: str, announce: bool = True):
+    """(dataset, report): how many rows the chat template makes longer than ``max_length`` tokens;
+    with ``action == "drop"`` they are removed, else trl truncates them. Logged when there are any."""
+    from bencao.training.record import languages
+
+    report: dict[str, Any] = {"rows": len(dataset), "max_length": max_length, "over_max_length": 0, "used": len(dataset),
+                              "languages": languages(" ".join(m["content"] for m in msgs) for msgs in dataset["messages"])}
+    if max_length is None or len(dataset) == 0:
+        return dataset, report
+    texts = tok.apply_chat_template(list(dataset["messages"]), tokenize=False)
+    lengths = [len(ids) for ids in tok(texts, add_special_tokens=False)["input_ids"]]
+    over = [i for i, n in enumerate(lengths) if n > max_length]
+    report.update(over_max_length=len(over), longest_tokens=max(lengths))
+    if over:
+        report["overlong"] = "dropped" if action == "drop" else "truncated"
+        if announce:
+            log.warning("%s: %d of %d rows are longer than max_length=%d tokens (longest %d): %s", split, len(over), len(dataset),
+                        max_length, max(lengths), report["overlong"])
+        if action == "drop":
+            keep = sorted(set(range(len(dataset))) - set(over))
+            dataset = dataset.select(keep)
+            report["used"] = len(dataset)
+    return dataset, report
 
 
 def build_trainer(script_args, training_args, model_args):
-    """Data, tokenizer, model and an ``SFTTrainer`` ready to train (datasets already tokenised)."""
+    """Data, tokenizer, model and an ``SFTTrainer`` ready to train (datasets already tokenised).
+
+    ``trainer.data_report`` holds the per-split row counts and overlong rows (see :func:`overlong_rows`)."""
     from trl import SFTTrainer, get_peft_config
 
     from bencao.training.data import load_sft
@@ -165,12 +203,19 @@ def build_trainer(script_args, training_args, model_args):
     # Set up the process group first: under ZeRO-3, from_pretrained enters zero.Init, which checks
     # the batch arithmetic against the world size it finds (1 when the group does not exist yet).
     _ = training_args.device
+    main_rank = training_args.process_index == 0
+    train, train_report = overlong_rows(train, tok, training_args.max_length, script_args.overlong, "train", main_rank)
+    reports = {"train": train_report}
+    if evalset is not None:
+        evalset, reports["eval"] = overlong_rows(evalset, tok, training_args.max_length, script_args.overlong, "eval", main_rank)
+    if len(train) == 0:
+        raise ConfigError(f"{script_args.train_file}: every row is longer than max_length={training_args.max_length} (overlong: drop)")
     if training_args.deepspeed and training_args.world_size > 1:
         import deepspeed
 
         deepspeed.init_distributed()  # binds DeepSpeed's comm to that group (on CPU accelerate leaves it unbound)
     model = load_model(training_args, model_args)
-    return SFTTrainer(
+    trainer = SFTTrainer(
         model=model,
         args=training_args,
         train_dataset=train,
@@ -178,6 +223,8 @@ def build_trainer(script_args, training_args, model_args):
         processing_class=tok,
         peft_config=get_peft_config(model_args),
     )
+    trainer.data_report = reports
+    return trainer
 
 
 def check_adapter_nonempty(out_dir: str | Path) -> int:
@@ -211,18 +258,6 @@ def check_adapter_nonempty(out_dir: str | Path) -> int:
     return total
 
 
-def _file_info(path: str | None) -> dict[str, Any] | None:
-    from bencao.io import file_hash
-
-    if not path:
-        return None
-    p = Path(path)
-    info: dict[str, Any] = {"path": str(p)}
-    if p.is_file():
-        info["sha256"] = file_hash(p)
-    return info
-
-
 def losses(log_history: list[dict[str, Any]]) -> dict[str, float]:
     train = [h["loss"] for h in log_history if "loss" in h]
     out: dict[str, float] = {}
@@ -235,34 +270,36 @@ def losses(log_history: list[dict[str, Any]]) -> dict[str, float]:
     return out
 
 
-def summary(trainer, script_args, training_args, model_args, n_train: int, n_eval: int, metrics: dict) -> dict[str, Any]:
-    """What the model card needs: base, data, hyper-parameters, figures, template and EOS."""
+def summary(trainer, script_args, training_args, model_args, metrics: dict) -> dict[str, Any]:
+    """What the model card needs, read from the run: base, data (SHA-256, overlong rows, languages),
+    hyper-parameters, what ran (steps, epochs, processes, DeepSpeed stage, precision), figures, EOS."""
+    from bencao.training.record import file_entry, run_facts
+
     tok = trainer.processing_class
-    hp = {
-        k: getattr(training_args, k)
-        for k in (
-            "learning_rate", "num_train_epochs", "max_steps", "per_device_train_batch_size",
-            "gradient_accumulation_steps", "warmup_steps", "lr_scheduler_type", "weight_decay", "max_length",
-            "packing", "assistant_only_loss", "bf16", "gradient_checkpointing", "seed",
-        )
-    }
+    keys = ["learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "warmup_steps", "lr_scheduler_type",
+            "weight_decay", "max_length", "packing", "assistant_only_loss", "gradient_checkpointing", "seed"]
+    keys.insert(1, "max_steps" if training_args.max_steps and training_args.max_steps > 0 else "num_train_epochs")
+    hp = {k: getattr(training_args, k) for k in keys}
     hp["lr_scheduler_type"] = str(hp["lr_scheduler_type"]).split(".")[-1].lower()
-    hp["world_size"] = trainer.accelerator.num_processes
-    hp["deepspeed"] = training_args.deepspeed if isinstance(training_args.deepspeed, str) else bool(training_args.deepspeed)
+    hp["overlong"] = script_args.overlong
     hp["method"] = "lora" if model_args.use_peft else "full"
     if model_args.use_peft:
         tm = model_args.lora_target_modules
         hp.update(lora_r=model_args.lora_r, lora_alpha=model_args.lora_alpha, lora_dropout=model_args.lora_dropout,
                   lora_target_modules=tm if isinstance(tm, (str, type(None))) else list(tm))
         hp["quantization"] = "4bit" if model_args.load_in_4bit else "8bit" if model_args.load_in_8bit else None
+    reports = getattr(trainer, "data_report", {})
+    train_report, eval_report = reports.get("train") or {}, reports.get("eval") or {}
     return {
         "kind": "causal-lm",
         "base_model": model_args.model_name_or_path,
         "datasets": [d for d in (
-            dict(_file_info(script_args.train_file), split="train", records=n_train),
-            dict(_file_info(script_args.eval_file), split="eval", records=n_eval) if script_args.eval_file else None,
+            file_entry(script_args.train_file, "train", train_report.get("used", len(trainer.train_dataset)), **_length_facts(train_report)),
+            file_entry(script_args.eval_file, "eval", eval_report.get("used", 0), **_length_facts(eval_report)),
         ) if d],
+        "languages": train_report.get("languages", {}),
         "hyperparameters": hp,
+        "training": run_facts(trainer),
         "metrics": metrics,
         "global_step": trainer.state.global_step,
         "eos_token": tok.eos_token,
@@ -270,18 +307,34 @@ def summary(trainer, script_args, training_args, model_args, n_train: int, n_eva
     }
 
 
+def _length_facts(report: dict[str, Any] | None) -> dict[str, Any]:
+    if not report or report.get("max_length") is None:
+        return {}
+    keep = {"over_max_length": report["over_max_length"]}
+    if report.get("overlong"):
+        keep["overlong"] = report["overlong"]
+    if report.get("longest_tokens") is not None:
+        keep["longest_tokens"] = report["longest_tokens"]
+    return keep
+
+
 def main(script_args, training_args, model_args) -> dict[str, Any]:
     """Train, evaluate, save (adapter or full model + tokenizer + generation config) and summarise."""
     from transformers import GenerationConfig
 
     from bencao.io import atomic_write_json
+    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
 
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     training_args.resume_from_checkpoint = resume
     trainer = build_trainer(script_args, training_args, model_args)
     if resume:
         trainer.accelerator.print(f"resuming from {resume}")
-    result = trainer.train(resume_from_checkpoint=resume)
+    with graceful_stop() as stop:
+        trainer.add_callback(stop.callback())
+        result = trainer.train(resume_from_checkpoint=resume)
+    if stop.signum is not None:
+        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
     metrics = losses(trainer.state.log_history)
     metrics["train_loss"] = float(result.training_loss)
     if trainer.eval_dataset is not None:
@@ -307,8 +360,7 @@ def main(script_args, training_args, model_args) -> dict[str, Any]:
         gen.save_pretrained(str(out))
         if model_args.use_peft and script_args.check_adapter:
             metrics["adapter_parameters"] = check_adapter_nonempty(out)
-        n_eval = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
-        info = summary(trainer, script_args, training_args, model_args, len(trainer.train_dataset), n_eval, metrics)
+        info = summary(trainer, script_args, training_args, model_args, metrics)
         info["resumed_from"] = resume
         atomic_write_json(out / SUMMARY_FILE, info)
         trainer.accelerator.print(json.dumps(metrics, ensure_ascii=False))

@@ -1,19 +1,20 @@
-"""The one client protocol every LLM use goes through, and the retry/concurrency it shares.
+"""The one client protocol every LLM use goes through, and the concurrency bound it shares.
 
-A backend implements ``_call_once(messages, params) -> Completion``; :class:`BaseClient` adds
-retries with exponential back-off on transient failures (timeouts, refused connections, 429,
-5xx) and ``complete_many`` with bounded parallelism. ``complete_many`` never raises for a single
-item: a failed request comes back as an :class:`LLMError` in its slot, so a long run goes on.
+Every client is async at heart (``acomplete`` / ``acomplete_many``) and runs on the process's one
+LLM event loop (:mod:`bencao.llm.aio`); ``complete`` / ``complete_many`` are the same calls for
+synchronous callers. :class:`BaseClient` bounds the requests in flight with one semaphore
+(``llm.max_concurrency``, the only knob). A backend implements either ``_acall_once`` (native
+async: the openai backend) or ``_call_once`` (blocking: local models, run in a worker thread).
+Retries belong to the transport library (the openai client retries timeouts, refused connections,
+408/409/429/5xx with exponential back-off and honours ``Retry-After``); a failure that is still
+there after them comes back as an :class:`LLMError`. ``complete_many`` never raises for a single
+item: a failed request comes back in its slot, so a long run goes on.
 """
 
 from __future__ import annotations
 
-import abc
-
-import random
-import threading
+import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -40,10 +41,11 @@ class Completion:
 class LLMError(BencaoError):
     """A request that failed (after retries when ``retryable``): refused, timed out, rejected."""
 
-    def __init__(self, message: str, *, retryable: bool = False, kind: str = "error"):
+    def __init__(self, message: str, *, retryable: bool = False, kind: str = "error", retry_after_s: float | None = None):
         super().__init__(message)
         self.retryable = retryable
         self.kind = kind  # timeout | connection | rate_limit | server | rejected | cache_miss | error
+        self.retry_after_s = retry_after_s  # a rate limit's Retry-After, when the server gave one
 
 
 @dataclass
@@ -55,10 +57,10 @@ class LLMConfig:
     base_url: str | None = cfg_field(None, help="Endpoint base URL, e.g. http://127.0.0.1:8000/v1; default: $BENCAO_LLM_BASE_URL or $OPENAI_BASE_URL.")
     api_key_env: str = cfg_field("OPENAI_API_KEY", help="Environment variable holding the API key ('EMPTY' is sent when unset, as vLLM expects).")
     timeout_s: float = cfg_field(120.0, help="Per-request timeout in seconds.")
-    max_retries: int = cfg_field(3, help="Retries of a transient failure (timeout, connection, 429, 5xx) before the item is skipped.")
-    backoff_s: float = cfg_field(1.0, help="First back-off delay; doubles per retry, with jitter.")
-    backoff_max_s: float = cfg_field(30.0, help="Longest back-off delay.")
-    max_concurrency: int = cfg_field(8, help="Requests in flight at once.")
+    max_retries: int = cfg_field(3, help="Retries of a transient failure (timeout, connection, 408/409/429, 5xx) by the openai client, "
+                                         "with exponential back-off (0.5 s doubling to 8 s, jittered) and Retry-After honoured; then the item is skipped.")
+    max_concurrency: int = cfg_field(64, help="Requests in flight at once: the one concurrency knob (a vLLM/SGLang server batches "
+                                              "hundreds; local-hf models take turns whatever it says).")
     temperature: float = cfg_field(0.2, help="Sampling temperature (0 = greedy).")
     top_p: float = cfg_field(1.0, help="Nucleus sampling mass.")
     max_tokens: int = cfg_field(1024, help="Longest reply in tokens.")
@@ -70,6 +72,12 @@ class LLMConfig:
     replay_only: bool = cfg_field(False, help="Answer only from the cache; a miss is a skipped item (replays a run exactly).")
     price_prompt_per_mtok: float = cfg_field(0.0, help="Cost per million prompt tokens, for the ledger.")
     price_completion_per_mtok: float = cfg_field(0.0, help="Cost per million completion tokens, for the ledger.")
+
+    #: Keys that no longer exist → what to set instead: an old recipe gets this one-line error.
+    __removed_keys__ = {
+        "backoff_s": "retries and back-off are the openai client's (0.5 s doubling to 8 s, Retry-After honoured); set llm.max_retries",
+        "backoff_max_s": "retries and back-off are the openai client's (0.5 s doubling to 8 s, Retry-After honoured); set llm.max_retries",
+    }
 
     def params(self) -> dict[str, Any]:
         """Generation parameters that are part of the cache key."""
@@ -89,58 +97,74 @@ class LLMClient(Protocol):
 
     def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]: ...
 
+    async def acomplete(self, messages: list[Message], **params: Any) -> Completion: ...
 
-class BaseClient(abc.ABC):
-    """Retries and bounded parallelism over a backend's ``_call_once``."""
+    async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]: ...
+
+
+async def gather_completions(one: Any, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+    """``[await one(m) for m in batch]`` concurrently, with each failure returned in its slot."""
+
+    async def guarded(msgs: list[Message]) -> Completion | LLMError:
+        try:
+            return await one(msgs, **params)
+        except LLMError as exc:
+            return exc
+
+    return list(await asyncio.gather(*(guarded(m) for m in batch)))
+
+
+class SyncFacade:
+    """``complete`` / ``complete_many`` for synchronous callers, over the async methods."""
+
+    async def acomplete(self, messages: list[Message], **params: Any) -> Completion:
+        raise NotImplementedError
+
+    async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+        return await gather_completions(self.acomplete, batch, **params)
+
+    def complete(self, messages: list[Message], **params: Any) -> Completion:
+        """One request; raises :class:`LLMError` when it finally fails."""
+        from bencao.llm import aio
+
+        return aio.run(self.acomplete(messages, **params))
+
+    def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+        """All requests, concurrently (bounded by the backend's ``max_concurrency``); failures in their slot."""
+        from bencao.llm import aio
+
+        return aio.run(self.acomplete_many(batch, **params)) if batch else []
+
+
+class BaseClient(SyncFacade):
+    """At most ``max_concurrency`` requests of this client in flight, on the shared LLM loop."""
 
     model: str
 
-    def __init__(self, *, max_retries: int = 3, backoff_s: float = 1.0, backoff_max_s: float = 30.0, max_concurrency: int = 8,
-                 default_params: dict[str, Any] | None = None):
-        self.max_retries = max_retries
-        self.backoff_s = backoff_s
-        self.backoff_max_s = backoff_max_s
-        self.max_concurrency = max(1, max_concurrency)
+    def __init__(self, *, max_concurrency: int = 8, max_retries: int = 0, default_params: dict[str, Any] | None = None):
+        self.max_concurrency = max(1, int(max_concurrency))
+        self.max_retries = max(0, int(max_retries))  # used by backends whose transport retries (openai)
         self.default_params = dict(default_params or {})
-        self._sem = threading.BoundedSemaphore(self.max_concurrency)
+        self._sem: asyncio.Semaphore | None = None
 
-    @abc.abstractmethod
     def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
-        """One request to the backend, without retries."""
+        """One blocking request (local backends); run in a worker thread by the default ``_acall_once``."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither _call_once nor _acall_once")
+
+    async def _acall_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        from bencao.llm import aio
+
+        return await aio.to_thread(self._call_once, messages, params)
 
     def _params(self, params: dict[str, Any]) -> dict[str, Any]:
         return {**self.default_params, **{k: v for k, v in params.items() if v is not None}}
 
-    def complete(self, messages: list[Message], **params: Any) -> Completion:
-        """One request with retries; raises :class:`LLMError` when it finally fails."""
+    async def acomplete(self, messages: list[Message], **params: Any) -> Completion:
         p = self._params(params)
-        attempt = 0
-        while True:
-            try:
-                with self._sem:
-                    t0 = time.monotonic()
-                    out = self._call_once(messages, p)
-                    out.latency_s = time.monotonic() - t0
-                    return out
-            except LLMError as exc:
-                if not exc.retryable or attempt >= self.max_retries:
-                    if exc.retryable:
-                        raise LLMError(f"{exc} (gave up after {attempt + 1} attempts)", retryable=True, kind=exc.kind) from None
-                    raise
-            delay = min(self.backoff_max_s, self.backoff_s * (2 ** attempt)) * (0.5 + random.random() / 2)
-            time.sleep(delay)
-            attempt += 1
-
-    def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
-        """All requests, at most ``max_concurrency`` in flight; failures come back in their slot."""
-
-        def one(msgs: list[Message]) -> Completion | LLMError:
-            try:
-                return self.complete(msgs, **params)
-            except LLMError as exc:
-                return exc
-
-        if len(batch) <= 1 or self.max_concurrency == 1:
-            return [one(m) for m in batch]
-        with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(batch))) as pool:
-            return list(pool.map(one, batch))
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_concurrency)  # created on the loop that uses it
+        async with self._sem:
+            t0 = time.monotonic()
+            out = await self._acall_once(messages, p)
+        out.latency_s = time.monotonic() - t0
+        return out

@@ -1,7 +1,10 @@
 """Local generation with ``transformers``: the tokenizer's own chat template, batched, left-padded.
 
 ``complete_many`` generates ``batch_size`` prompts at a time; ``complete`` is a batch of one.
-Generation holds a lock, so threads sharing one client take turns on the model.
+Generation runs in a worker thread off the LLM event loop and holds a lock, so requests take turns
+on the model. A model loaded from a path is named in the response cache by its weights'
+fingerprint (:func:`bencao.models.model_fingerprint`), so a model retrained into the same
+directory is never answered from the old model's cache.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ class LocalHFClient(BaseClient):
         self.tokenizer = tokenizer
         self.model = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "local"
         self.batch_size = max(1, batch_size)
+        self.cache_id = self.model  # the response cache's name for this model; from_pretrained adds the fingerprint
         self._lock = threading.Lock()
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -30,27 +34,36 @@ class LocalHFClient(BaseClient):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from bencao.models import model_fingerprint, resolve_model
+
+        target = resolve_model(path)
         try:
-            tok = AutoTokenizer.from_pretrained(path)
+            tok = AutoTokenizer.from_pretrained(target)
             torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            model = AutoModelForCausalLM.from_pretrained(target, dtype=torch_dtype)
         except OSError as exc:
             raise BencaoError(f"{path}: cannot load a local model: {str(exc).splitlines()[0]}") from None
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device).eval()
-        return cls(model, tok, name=path, **kw)
+        client = cls(model, tok, name=path, **kw)
+        client.cache_id = f"{path}#sha256:{model_fingerprint(path)}"
+        return client
 
     @classmethod
     def from_config(cls, cfg: LLMConfig) -> "LocalHFClient":
-        return cls.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size, max_retries=0,
+        return cls.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
                                    default_params=cfg.params())
 
     def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         return self._generate([messages], params)[0]
 
-    def complete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
-        p = self._params(params)
+    async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
+        from bencao.llm import aio
+
+        return await aio.to_thread(self._generate_all, batch, self._params(params))
+
+    def _generate_all(self, batch: list[list[Message]], p: dict[str, Any]) -> list[Completion | LLMError]:
         out: list[Completion | LLMError] = []
         for i in range(0, len(batch), self.batch_size):
             chunk = batch[i : i + self.batch_size]

@@ -6,25 +6,77 @@ talks to it exactly as to vLLM. Backed by :class:`LocalHFClient` it serves a rea
 
     with serve_in_thread(create_app(client), port=0) as base_url:
         OpenAIClient(model, base_url=base_url).complete([...])
+
+For load tests and the throughput benchmark it can stand in for a busy serving engine:
+``latency_s`` holds every request that long (asynchronously: thousands may wait at once), and
+:class:`ServerStats` counts the requests in flight server-side (current, peak, total). From a
+shell, with a fixed reply::
+
+    python -m bencao.llm.local_server --port 8000 --latency-s 0.5 \\
+        --reply '{"triples": [], "entities": [], "relations": []}'
 """
 
 # (no `from __future__ import annotations`: FastAPI must see the request models, defined in create_app)
 
+import argparse
+import asyncio
 import contextlib
 import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from bencao.llm.base import LLMClient, LLMError
+from bencao.llm.base import BaseClient, Completion, LLMClient, LLMError, Message
 
 
-def create_app(client: LLMClient, model_name: str | None = None) -> Any:
+@dataclass
+class ServerStats:
+    """Requests seen by the server: in flight now, the most at once, in all."""
+
+    in_flight: int = 0
+    peak: int = 0
+    total: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.total += 1
+            self.peak = max(self.peak, self.in_flight)
+
+    def leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+
+    def reset(self) -> None:
+        with self._lock:
+            self.in_flight = self.peak = self.total = 0
+
+
+class FixedReplyClient(BaseClient):
+    """Answers every request with the same text (a load-test stand-in for a remote teacher)."""
+
+    def __init__(self, reply: str, model: str = "fixed", **kw: Any):
+        kw.setdefault("max_concurrency", 1 << 20)
+        super().__init__(**kw)
+        self.model = model
+        self.reply = reply
+
+    async def _acall_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
+        return Completion(text=self.reply, model=self.model, prompt_tokens=sum(len(m["content"]) for m in messages),
+                          completion_tokens=len(self.reply), finish_reason="stop")
+
+
+def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: float = 0.0, stats: ServerStats | None = None) -> Any:
     from fastapi import FastAPI, HTTPException
     from pydantic import BaseModel
 
+    from bencao.llm import aio
+
     served = model_name or client.model
+    stats = stats if stats is not None else ServerStats()
 
     class ChatMessage(BaseModel):
         role: str
@@ -39,21 +91,42 @@ def create_app(client: LLMClient, model_name: str | None = None) -> Any:
         seed: int | None = None
 
     app = FastAPI(title="bencao local LLM")
+    app.state.stats = stats
+
+    @app.get("/stats")
+    def get_stats() -> dict[str, int]:
+        """Requests in flight now, the most at once and in all (since start or the last reset)."""
+        return {"in_flight": stats.in_flight, "peak": stats.peak, "total": stats.total}
+
+    @app.post("/stats/reset")
+    def reset_stats() -> dict[str, bool]:
+        stats.reset()
+        return {"reset": True}
 
     @app.get("/v1/models")
     def models() -> dict[str, Any]:
         return {"object": "list", "data": [{"id": served, "object": "model", "owned_by": "bencao"}]}
 
     @app.post("/v1/chat/completions")
-    def chat(req: ChatRequest) -> dict[str, Any]:
-        if req.model != served:
-            raise HTTPException(status_code=404, detail=f"model {req.model!r} not served here; this server has {served!r}")
-        params = {k: v for k, v in {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
-                                    "seed": req.seed}.items() if v is not None}
+    async def chat(req: ChatRequest) -> dict[str, Any]:
+        stats.enter()
         try:
-            c = client.complete([m.model_dump() for m in req.messages], **params)
-        except LLMError as exc:
-            raise HTTPException(status_code=503 if exc.retryable else 400, detail=str(exc)) from None
+            if req.model != served:
+                raise HTTPException(status_code=404, detail=f"model {req.model!r} not served here; this server has {served!r}")
+            if latency_s > 0:
+                await asyncio.sleep(latency_s)
+            params = {k: v for k, v in {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
+                                        "seed": req.seed}.items() if v is not None}
+            try:
+                # the client's own requests run on bencao's LLM loop, not on the server's
+                c = await asyncio.wrap_future(aio.submit(client.acomplete([m.model_dump() for m in req.messages], **params)))
+            except LLMError as exc:
+                if exc.kind == "rate_limit":
+                    after = {"Retry-After": f"{exc.retry_after_s:g}"} if exc.retry_after_s is not None else None
+                    raise HTTPException(status_code=429, detail=str(exc), headers=after) from None
+                raise HTTPException(status_code=503 if exc.retryable else 400, detail=str(exc)) from None
+        finally:
+            stats.leave()
         return {
             "id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": served,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": c.text}, "finish_reason": c.finish_reason or "stop"}],
@@ -70,13 +143,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _server(app: Any, host: str, port: int) -> Any:
+    import uvicorn
+
+    # backlog: a burst of hundreds of new connections must not be refused by the listen queue
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off", backlog=4096,
+                                         timeout_keep_alive=60))
+
+
 @contextlib.contextmanager
 def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, startup_timeout_s: float = 30.0) -> Iterator[str]:
     """Run ``app`` with uvicorn in a background thread; yields the ``/v1`` base URL; stops on exit."""
-    import uvicorn
-
     port = port or free_port(host)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    server = _server(app, host, port)
     thread = threading.Thread(target=server.run, name="bencao-llm-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + startup_timeout_s
@@ -90,3 +169,20 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, startup_ti
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bencao.llm.local_server",
+                                 description="OpenAI-compatible loopback server with a fixed reply and an artificial latency.")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8000)
+    ap.add_argument("--model", default="fixed", help="Model name served (requests for another are refused with 404).")
+    ap.add_argument("--latency-s", type=float, default=0.0, help="Seconds every request is held before its reply.")
+    ap.add_argument("--reply", default='{"triples": [], "entities": [], "relations": []}', help="Text of every reply.")
+    args = ap.parse_args(argv)
+    app = create_app(FixedReplyClient(args.reply, model=args.model), latency_s=args.latency_s)
+    _server(app, args.host, args.port).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -2,7 +2,8 @@
 
 ``complete_json`` never raises for a bad reply: it returns a :class:`StructuredResult` whose
 ``error`` says what went wrong (not JSON, schema violation, endpoint failure) after the single
-repair attempt, so the caller records the item as skipped and the run goes on.
+repair attempt, so the caller records the item as skipped and the run goes on. ``acomplete_json`` and
+``acomplete_json_many`` are the same for coroutines on the LLM event loop (the data-generation runner).
 """
 
 from __future__ import annotations
@@ -94,9 +95,23 @@ def complete_json(client: LLMClient, messages: list[Message], schema: dict[str, 
 
 def complete_json_many(client: LLMClient, batch: list[list[Message]], schema: dict[str, Any] | None = None, *, lang: str = "en",
                        repair: bool = True, **params: Any) -> list[StructuredResult]:
-    """``complete_json`` for many requests: one parallel round, then one parallel repair round."""
+    """``complete_json`` for many requests: one concurrent round, then one concurrent repair round."""
+    from bencao.llm import aio
+
+    return aio.run(acomplete_json_many(client, batch, schema, lang=lang, repair=repair, **params))
+
+
+async def acomplete_json(client: LLMClient, messages: list[Message], schema: dict[str, Any] | None = None, *, lang: str = "en",
+                         repair: bool = True, **params: Any) -> StructuredResult:
+    """:func:`complete_json` for coroutines on the LLM loop."""
+    return (await acomplete_json_many(client, [messages], schema, lang=lang, repair=repair, **params))[0]
+
+
+async def acomplete_json_many(client: LLMClient, batch: list[list[Message]], schema: dict[str, Any] | None = None, *,
+                              lang: str = "en", repair: bool = True, **params: Any) -> list[StructuredResult]:
+    """:func:`complete_json_many` for coroutines on the LLM loop."""
     results = [StructuredResult() for _ in batch]
-    replies = client.complete_many(batch, **params)
+    replies = await client.acomplete_many(batch, **params)
     to_repair: list[int] = []
     for i, r in enumerate(replies):
         res = results[i]
@@ -113,7 +128,7 @@ def complete_json_many(client: LLMClient, batch: list[list[Message]], schema: di
         prompt = REPAIR_PROMPT.get(lang, REPAIR_PROMPT["en"])
         follow = [[*batch[i], {"role": "assistant", "content": results[i].completions[-1].text},
                    {"role": "user", "content": prompt.format(error=results[i].error)}] for i in to_repair]
-        for i, r in zip(to_repair, client.complete_many(follow, **params)):
+        for i, r in zip(to_repair, await client.acomplete_many(follow, **params)):
             res = results[i]
             res.repaired = True
             if isinstance(r, LLMError):
