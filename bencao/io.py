@@ -132,6 +132,10 @@ class _Source:
             raise InputError(path, "is a directory, not a file") from None
         except OSError as exc:
             raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+        if self.compressed and self._raw.read(2) != b"\x1f\x8b":
+            self._raw.close()
+            raise InputError(path, "not gzip data (the name ends in .gz but the content is not gzip-compressed)")
+        self._raw.seek(0)
         self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw  # type: ignore[assignment]
         self.total = 0
 
@@ -152,8 +156,6 @@ class _Source:
         except (OSError, EOFError, zlib.error) as exc:
             if not self.compressed:
                 raise InputError(self.path, f"cannot read: {exc}") from None
-            if isinstance(exc, gzip.BadGzipFile) and self.total == 0:
-                raise InputError(self.path, "not gzip data (the name ends in .gz but the content is not gzip-compressed)") from None
             what = "truncated" if isinstance(exc, EOFError) else "corrupt"
             after = f" after {self.total:,} good decompressed bytes" if self.total else ""
             raise InputError(self.path, f"{what} gzip data{after} ({exc})") from None
@@ -248,13 +250,23 @@ def _looks_single_byte(data: bytes) -> bool:
     return high > 0 and pairs / high > 0.5
 
 
-def _encoding_hint(data: bytes) -> str:
+def _encoding_hint(data: bytes, start: int) -> str:
+    """A guess at what the bytes that are not UTF-8 are, from the run of non-ASCII bytes at ``start``."""
+    end = start
+    while end < len(data) and data[end] >= 0x80:
+        end += 1
+    run = data[start:end]
     try:
-        data.decode("gb18030")
-        if not _looks_single_byte(data):
-            return "it looks like GB18030"
+        run.decode("utf-8", "surrogatepass")
+        return "a UTF-16 surrogate encoded as UTF-8 (CESU-8): not valid Unicode text"
     except UnicodeDecodeError:
         pass
+    if len(run) >= 2:
+        try:
+            run.decode("gb18030")
+            return "it looks like GB18030"
+        except UnicodeDecodeError:
+            pass
     return "it looks like Latin-1/Windows-1252"
 
 
@@ -269,7 +281,7 @@ def _check_binary(data: bytes, path: Path, offset: int = 0) -> None:
 def _not_utf8(data: bytes, path: Path, exc: UnicodeDecodeError, line: int | None = None, allowed: str = "UTF-8") -> InputError:
     bad = data[exc.start : exc.start + 1].hex()
     lineno = line if line is not None else _line_of(data, exc.start)
-    return InputError(path, f"not valid {allowed} (byte 0x{bad}; {_encoding_hint(data)}): convert the file to UTF-8 "
+    return InputError(path, f"not valid {allowed} (byte 0x{bad}; {_encoding_hint(data, exc.start)}): convert the file to UTF-8 "
                             f"or give its encoding (option encoding=gb18030, encoding=latin-1, ...)", record=f"line {lineno}")
 
 

@@ -98,7 +98,7 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     unknown = sorted(set(options) - set(accepted))
     if unknown:
         raise BencaoError(f"format {fmt!r} has no option(s) {', '.join(unknown)}; it accepts: {', '.join(accepted)}")
-    limits = limits_from_options(options, where=f"{path.name} options")
+    limits = limits_from_options(options, where=f"{path}: options")
     if not path.exists():
         raise InputError(path, "file not found")
     if not path.is_file():
