@@ -54,6 +54,42 @@ def _ino(path: Path) -> int | None:
         return None
 
 
+def store_signature(directory: str | Path) -> tuple | None:
+    """What ``stat`` says of the store behind ``directory`` (file, inode, mtimes and sizes of the store and
+    its WAL): any commit changes it, at a fraction of the cost of :func:`store_key`, so a server can
+    check it before every request and read the generation only when it moved."""
+    try:
+        real = os.path.realpath(Path(directory) / DB_NAME)
+        st = os.stat(real)
+        try:
+            wal = os.stat(real + "-wal")
+            w = (wal.st_mtime_ns, wal.st_size)
+        except FileNotFoundError:
+            w = (0, 0)
+    except OSError:
+        return None
+    return (real, st.st_ino, st.st_mtime_ns, st.st_size, *w)
+
+
+def store_key(directory: str | Path) -> tuple[str, int, int] | None:
+    """``(store file, its inode, write generation)`` of the graph at ``directory``, read with a short-lived
+    read-only connection: a long-lived reader (``bencao serve``) compares it between requests to notice
+    a rebuilt graph (another file behind the DIR symlink) or a committed change (a higher generation).
+    None when there is no readable graph there (e.g. in the middle of a recovery)."""
+    path = Path(directory) / DB_NAME
+    try:
+        real = os.path.realpath(path)
+        ino = os.stat(real).st_ino
+        conn = sqlite3.connect(f"file:{real}?mode=ro", uri=True, timeout=1.0)
+        try:
+            r = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return None
+    return (real, ino, int(r[0]) if r else 0)
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
 
