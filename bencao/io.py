@@ -530,8 +530,12 @@ class JsonlAppender:
     def write(self, rec: dict[str, Any]) -> None:
         line = json.dumps(rec, ensure_ascii=False) + "\n"
         faults.fault("jsonl.append")
-        if faults.hit("jsonl.torn"):  # fault injection (tests): die with half a line written
-            self._fh.buffer.write(line.encode("utf-8")[: len(line.encode("utf-8")) // 2 + 1])
+        if faults.hit("jsonl.torn"):  # fault injection (tests): die with half a line written, inside a character if it can
+            data = line.encode("utf-8")
+            cut = len(data) // 2
+            while cut < len(data) - 1 and (data[cut] & 0xC0) != 0x80:
+                cut += 1
+            self._fh.buffer.write(data[:cut])
             self._fh.flush()
             faults.die("jsonl.torn")
         self._fh.write(line)
