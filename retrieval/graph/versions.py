@@ -205,11 +205,16 @@ def writer_lock(target: str | Path, wait: bool = True, timeout_s: float | None =
 # --------------------------------------------------------------------------- recovery
 
 
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink(missing_ok=True)
-    else:
-        shutil.rmtree(path, ignore_errors=True)
+def _remove(path: Path) -> bool:
+    """Delete a leftover; False when it could not be deleted (e.g. a read-only location)."""
+    try:
+        if path.is_symlink() or path.is_file():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path)
+    except OSError:
+        return False
+    return True
 
 
 def _link(target: Path, version: Path) -> None:
@@ -255,8 +260,8 @@ def recover(directory: str | Path) -> list[str]:
                 _link(target, complete[-1])
                 done.append(f"pointed {target} at {complete[-1].name}, the newest complete version (a build was killed while swapping)")
         for p in _leftovers(target):
-            _remove(p)
-            done.append(f"removed {p.name}, left by an interrupted build")
+            if _remove(p):
+                done.append(f"removed {p.name}, left by an interrupted build")
     for msg in done:
         log.warning("%s", msg)
     return done
