@@ -163,7 +163,8 @@ async def load(base: str, key: str | None, clients: int, duration: float) -> dic
             if r.status_code in (429, 503):
                 await asyncio.sleep(float(r.headers.get("retry-after", "1")))
 
-    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10)
+    # idle connections expire before uvicorn closes them (timeout_keep_alive 5 s): no reuse race on a closed socket
+    limits = httpx.Limits(max_connections=clients + 10, max_keepalive_connections=clients + 10, keepalive_expiry=3.0)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(180.0)) as http:
         t0 = time.perf_counter()
         await asyncio.gather(*(client(i, http) for i in range(clients)))
@@ -368,13 +369,20 @@ def main() -> int:
         key = KEY if mode == "on" else None
         with serve(graph, key, sets, tmp / "serve.log") as (base, proc):
             import httpx
+            import psutil
 
             warm = {"Authorization": f"Bearer {key}"} if key else {}
             for q in QUESTIONS[:3]:
                 httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": q}]}, headers=warm, timeout=300)
             rss0 = _rss_mib(proc.pid)
             res: dict[str, Any] = {"rss_mib_before": round(rss0, 1)}
+            cpu = lambda pid: sum(psutil.Process(pid).cpu_times()[:2])  # noqa: E731
+            s0, c0 = cpu(proc.pid), cpu(os.getpid())
             res["load"] = asyncio.run(load(base, key, args.clients, args.duration))
+            # where the time goes: on a small shared machine the load generator itself is often the bottleneck
+            res["load"]["server_cpu_s"] = round(cpu(proc.pid) - s0, 1)
+            res["load"]["client_cpu_s"] = round(cpu(os.getpid()) - c0, 1)
+            res["load"]["load_avg_after"] = round(os.getloadavg()[0], 1)
             res["rss_mib_after_load"] = round(_rss_mib(proc.pid), 1)
             res["abuse"] = asyncio.run(abuse(base, key, args.body_timeout))
             res["rss_mib_after_abuse"] = round(_rss_mib(proc.pid), 1)
@@ -389,7 +397,8 @@ def main() -> int:
         print(f"key {mode}: {ld['requests']} requests in {ld['duration_s']} s from {ld['clients']} clients; statuses {ld['statuses']}; "
               f"answered {ld['answered_per_s']}/s; 200 p50 {lat.get('200', {}).get('p50_ms')} ms p95 {lat.get('200', {}).get('p95_ms')} ms; "
               f"429 p50 {lat.get('429', {}).get('p50_ms')} ms p95 {lat.get('429', {}).get('p95_ms')} ms; "
-              f"RSS {res['rss_mib_before']} -> {res['rss_mib_after_load']} -> {res['rss_mib_after_abuse']} MiB")
+              f"RSS {res['rss_mib_before']} -> {res['rss_mib_after_load']} -> {res['rss_mib_after_abuse']} MiB; "
+              f"CPU server {ld['server_cpu_s']} s, load generator {ld['client_cpu_s']} s")
     print(json.dumps({m: r["abuse"] for m, r in result["modes"].items()}, ensure_ascii=False, indent=1))
     print("FAILURES:\n" + "\n".join(failures) if failures else "all invariants held")
     return 1 if failures else 0
