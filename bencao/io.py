@@ -30,7 +30,7 @@ import os
 import re
 import tempfile
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 

@@ -13,7 +13,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
