@@ -76,6 +76,29 @@ def test_lexical_search_equals_full_scoring_with_common_terms():
     assert [d for d, _ in same.search("ginseng", 5)] == ["s0", "s1", "s2", "s3", "s4"]
 
 
+def test_streamed_bm25_equals_bm25s_own_index(tmp_path):
+    """LexicalIndex.build consumes token lists one at a time (never holding them all, unlike
+    bm25s.BM25.index) and must give bm25s' own scores, bit for bit, also after save and a
+    memory-mapped load."""
+    import random
+
+    import bm25s
+
+    rnd = random.Random(0)
+    words = [f"w{i}" for i in range(400)] + ["山药", "甘", "温"]
+    docs = [[rnd.choice(words[: rnd.randint(5, len(words))]) for _ in range(rnd.randint(0, 25))] for _ in range(2500)]
+    ref = bm25s.BM25()
+    ref.index([d or ["\x00"] for d in docs], show_progress=False)
+    ours = LexicalIndex.build(iter(docs), [f"d{i}" for i in range(len(docs))])
+    ours.save(tmp_path / "lex")
+    loaded = LexicalIndex.load(tmp_path / "lex")
+    assert isinstance(loaded.bm25.scores["data"], np.memmap)
+    for _ in range(100):
+        q = [rnd.choice(words) for _ in range(rnd.randint(1, 4))]
+        want = ref.get_scores(q)
+        assert np.array_equal(ours.bm25.get_scores(q), want) and np.array_equal(loaded.bm25.get_scores(q), want)
+
+
 def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
     from bencao.retrieval.index.items import entity_items, triple_items
     from bencao.retrieval.index.lexical import analyze_items

@@ -39,7 +39,7 @@ from bencao.retrieval.index.dense import DenseIndex, DenseParams
 from bencao.retrieval.index.embedder import (EmbedderConfig, EmbeddingCache, check_dim, embed_with_cache, embedder_id,
                                              get_embedder, model_path, shared_cache_path, vector_fingerprint)
 from bencao.retrieval.index.items import ITEM_SOURCES, KINDS
-from bencao.retrieval.index.lexical import LexicalIndex, analyze_items
+from bencao.retrieval.index.lexical import LexicalIndex, iter_analyzed
 
 log = logging.getLogger(__name__)
 
@@ -135,8 +135,37 @@ def resolve_index_config(graph: Graph, config: "IndexConfig | str | Path | dict 
     return cfg
 
 
-def _items_hash(items: list) -> str:
-    return content_hash(*(f"{it.id}\x1e{it.text}" for it in items), length=20)
+@dataclass
+class _KindItems:
+    """One kind's items as an index build needs them, read in one pass without keeping ``Item``
+    objects: ids, lexical sources (text, or the ``lex_parts`` tuple of shared names), the dense
+    subset's ids and texts, and content hashes of (id, text) of all items and of the dense subset."""
+
+    ids: list[str]
+    lex: list[Any]
+    dense_ids: list[str]
+    dense_texts: list[str]
+    hash: str
+    dense_hash: str
+
+
+def _read_items(kind: str, graph: Graph, embedder: EmbedderConfig | None, want_lex: bool) -> _KindItems:
+    import hashlib
+
+    h_all, h_dense = hashlib.sha1(), hashlib.sha1()  # = content_hash over f"{id}\x1e{text}" parts
+    out = _KindItems([], [], [], [], "", "")
+    for it in ITEM_SOURCES[kind](graph):
+        part = f"{it.id}\x1e{it.text}".encode("utf-8") + b"\x1f"
+        h_all.update(part)
+        out.ids.append(it.id)
+        if want_lex:
+            out.lex.append(it.lex_parts or it.lex)
+        if embedder is not None and embedder.embeds(it.lang):
+            h_dense.update(part)
+            out.dense_ids.append(it.id)
+            out.dense_texts.append(it.text)
+    out.hash, out.dense_hash = h_all.hexdigest()[:20], h_dense.hexdigest()[:20]
+    return out
 
 
 def _read_meta(path: Path) -> dict[str, Any]:
@@ -276,37 +305,36 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
             if not (want_lex or want_dense):
                 continue
             t_kind = time.time()
-            items = list(ITEM_SOURCES[kind](graph))
-            h = _items_hash(items)
-            log.info("%s: %d items read in %.1fs", kind, len(items), time.time() - t_kind)
+            items = _read_items(kind, graph, cfg.embedder if want_dense else None, want_lex)
+            log.info("%s: %d items read in %.1fs", kind, len(items.ids), time.time() - t_kind)
             if want_lex:
-                lh = h + LEXICAL_ANALYZER
+                lh = items.hash + LEXICAL_ANALYZER
                 if force or lex_meta.get(kind, {}).get("hash") != lh or not (lex_dir / kind / "ids.json").exists():
-                    LexicalIndex.build(analyze_items(items, lex_memo), [it.id for it in items]).save(lex_dir / kind)
-                    lex_meta[kind] = {"hash": lh, "n": len(items)}
-                    log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items), time.time() - t_kind)
+                    LexicalIndex.build(iter_analyzed(items.lex, lex_memo), items.ids).save(lex_dir / kind)
+                    lex_meta[kind] = {"hash": lh, "n": len(items.ids)}
+                    log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items.ids), time.time() - t_kind)
+                items.lex = []
                 lex_meta[kind]["generation"] = state["generation"]
                 atomic_write_json(lex_dir / "meta.json", lex_meta)
                 summary["lexical"][kind] = lex_meta[kind]["n"]
                 gen_record["lexical"][kind] = state["generation"]
             if want_dense:
-                dense_items = [it for it in items if cfg.embedder.embeds(it.lang)]
-                dh = _items_hash(dense_items) + dense_settings
+                dh = items.dense_hash + dense_settings
                 if force or dense_meta.get(kind, {}).get("hash") != dh or not (dense_dir / f"{kind}.faiss").exists():
                     if embedder is None:
                         embedder = get_embedder(cfg.embedder)
                         cache = EmbeddingCache(dense_dir / "cache.sqlite", embedder.dim, fp or "",
                                                shared=shared_cache_path(eid) if cfg.shared_cache else None)
-                    vecs, n_new = embed_with_cache(embedder, cache, [it.text for it in dense_items], batch=cfg.embed_batch,
+                    vecs, n_new = embed_with_cache(embedder, cache, items.dense_texts, batch=cfg.embed_batch,
                                                    progress=(lambda i, n, k=kind: progress(k, i, n)) if progress else None)
                     summary["embedded"] += n_new
-                    index = DenseIndex.build(vecs, [it.id for it in dense_items], cfg.dense_params())
+                    index = DenseIndex.build(vecs, items.dense_ids, cfg.dense_params())
                     del vecs
                     index.save(dense_dir, kind)
-                    dense_meta[kind] = {"hash": dh, "n": len(dense_items), "of": len(items), "type": index.kind_name, "dim": index.dim}
+                    dense_meta[kind] = {"hash": dh, "n": len(items.dense_ids), "of": len(items.ids), "type": index.kind_name, "dim": index.dim}
                     dense_meta["_embedder"] = {"id": eid, "model": cfg.embedder.model_name, "fingerprint": fp, "dim": index.dim}
                     log.info("%s: %s index of %d vectors built, %d newly embedded (%.1fs so far)", kind, index.kind_name,
-                             len(dense_items), n_new, time.time() - t_kind)
+                             len(items.dense_ids), n_new, time.time() - t_kind)
                     del index
                 dense_meta[kind]["generation"] = state["generation"]
                 atomic_write_json(dense_dir / "meta.json", dense_meta)
