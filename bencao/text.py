@@ -139,13 +139,14 @@ def _jieba() -> _Segmenter:
     return _Segmenter()
 
 
-def add_words(words: Iterable[str]) -> None:
-    """Teach the segmenter domain words (entity names) so they are kept whole when tokenising."""
+def add_words(words: Iterable[str], normalised: bool = False) -> None:
+    """Teach the segmenter domain words (entity names) so they are kept whole when tokenising.
+    ``normalised``: the words are already ``norm_key`` forms (the alias table's ``norm`` column)."""
     jb = _jieba()
     for w in words:
         w = w.strip()
         if w and has_cjk(w):
-            jb.add_word(norm_key(w), 50_000)
+            jb.add_word(w if normalised else norm_key(w), 50_000)
 
 
 def tokenize(text: str) -> list[str]:
