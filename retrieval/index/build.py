@@ -474,14 +474,20 @@ class Indexes:
         self._sync()
         if kind not in self._dense:
             idx = DenseIndex.load(self.dense_dir, kind) if kind in self.cfg.dense_kinds else None
-            if idx is not None and len(idx):
-                check_dim(self.embedder(), idx.dim, str(self.dense_dir / f"{kind}.faiss"))
+            if idx is not None and len(idx) and self._embedder is not None:
+                check_dim(self._embedder, idx.dim, str(self.dense_dir / f"{kind}.faiss"))
             self._dense[kind] = idx if idx is not None and len(idx) else None
         return self._dense[kind]
 
     def embedder(self):
+        """The query embedder, loaded on the first query it can read (a Chinese question against an
+        English-only index never loads it)."""
         if self._embedder is None:
-            self._embedder = get_embedder(self.cfg.embedder)
+            emb = get_embedder(self.cfg.embedder)
+            for kind, idx in self._dense.items():
+                if idx is not None:
+                    check_dim(emb, idx.dim, str(self.dense_dir / f"{kind}.faiss"))
+            self._embedder = emb
         return self._embedder
 
     def can_embed(self, text: str) -> bool:
@@ -500,8 +506,10 @@ class Indexes:
 
     def dense_search(self, kind: str, query: str, k: int) -> list[tuple[str, float]]:
         """Nearest items by cosine; empty when the kind has no dense index or the model cannot read the query."""
+        if not query.strip() or not self.can_embed(query):
+            return []
         idx = self.dense(kind)
-        if idx is None or not query.strip() or not self.can_embed(query):
+        if idx is None:
             return []
         return idx.search(self.embed_queries([query]), k)[0]
 
