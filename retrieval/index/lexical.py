@@ -279,19 +279,26 @@ class PostingsBuilder:
         dl = np.concatenate(self._doc_len) if self._doc_len else np.zeros(0, np.int32)
         n_docs, n_vocab = len(dl), len(self.vocab)
         avg = np.float64(dl.mean()) if n_docs else np.float64(1.0)
-        df = np.bincount(term, minlength=n_vocab).astype(np.float64)
+        counts = np.bincount(term, minlength=n_vocab)
         # as bm25s: idf in float64 stored as float32; the tf part in float64; the product stored as float32
-        idf = np.log1p((n_docs - df + 0.5) / (df + 0.5)).astype(np.float32)
-        tf64 = tf.astype(np.float64)
-        del tf
-        norm = (1 - b) + b * dl.astype(np.float64)[doc] / avg
-        scores = (idf[term].astype(np.float64) * (tf64 / (k1 * norm + tf64))).astype(np.float32)
-        del norm, tf64
+        idf = np.log1p((n_docs - counts.astype(np.float64) + 0.5) / (counts + 0.5)).astype(np.float32)
+        dl64 = dl.astype(np.float64)
+        scores = np.empty(len(term), dtype=np.float32)
+        step = 1 << 23  # float64 temporaries of 8 M postings at a time, not of all of them
+        t64 = norm = None
+        for i in range(0, len(term), step):
+            t64 = tf[i : i + step].astype(np.float64)
+            norm = (1 - b) + b * dl64[doc[i : i + step]] / avg
+            scores[i : i + step] = idf[term[i : i + step]].astype(np.float64) * (t64 / (k1 * norm + t64))
+        del tf, t64, norm
         order = np.argsort(term, kind="stable")  # by term, documents ascending inside a term
+        del term
         indptr = np.zeros(n_vocab + 1, dtype=np.int64)
-        np.cumsum(np.bincount(term, minlength=n_vocab), out=indptr[1:])
-        data, indices = scores[order], doc[order]
-        del order, scores, doc, term
+        np.cumsum(counts, out=indptr[1:])
+        indices = doc[order]
+        del doc
+        data = scores[order]
+        del order, scores
         vocab = self.vocab
         vocab[""] = n_vocab  # bm25s' empty token, after the others
         self.vocab = {}
