@@ -206,7 +206,7 @@ class _AliasTables:
 
 
 #: Graphs with at least this many alias rows keep their alias key maps on disk (see ``_AliasTables``).
-DISK_MIN_ALIASES = 200_000
+DISK_MIN_ALIASES = 50_000
 _KEY_DB_VERSION = 1
 
 
