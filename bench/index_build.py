@@ -8,7 +8,8 @@ MiniLM embeds English items of entities, snippets and sections). ``standin``: ev
 kinds embedded (``languages: ["*"]``) by the hashing stand-in of ``bench/standin.py`` (~10^4-10^5
 texts/s, the speed class of a static Chinese embedder): the dense path at full size. The graph is
 copied first (its old indexes and caches removed), the per-user embedding cache is a fresh empty
-directory, so every vector is computed. One JSON line: seconds, peak RSS (MiB), the summary.
+directory, so every vector is computed. One JSON line: wall and CPU seconds (the machine is
+shared: CPU seconds compare across loads), peak RSS (MiB), the summary.
 
 Runs the code it is imported with, so the same script measures a baseline commit (see
 bench/RESULTS.md for how).
@@ -57,10 +58,14 @@ def main() -> None:
     m.pop("indexes", None)
     (g_dir / "manifest.json").write_text(json.dumps(m), encoding="utf-8")
     t = time.perf_counter()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = ru0.ru_utime + ru0.ru_stime
     with Graph.open(g_dir) as g:
         summary = update_indexes(g, cfg, force=True)
     secs = time.perf_counter() - t
-    print(json.dumps({"embedder": args.embedder, "seconds": round(secs, 1), "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    print(json.dumps({"embedder": args.embedder, "seconds": round(secs, 1), "cpu_seconds": round(ru.ru_utime + ru.ru_stime - cpu0, 1),
+                      "peak_rss_mib": round(ru.ru_maxrss / 1024), "load": open("/proc/loadavg").read().split()[:3],
                       "summary": summary}, ensure_ascii=False))
 
 
