@@ -191,8 +191,9 @@ class EmbeddingCache:
     finds none of the old model's vectors. ``shared`` is the per-user cache consulted on a miss.
     """
 
+    # a rowid table: 1.5 kB vectors in a WITHOUT ROWID table took 2.2x the disk and 2.2x the write time
     _SCHEMA = ("CREATE TABLE IF NOT EXISTS embeddings (fp TEXT NOT NULL, hash TEXT NOT NULL, vec BLOB NOT NULL, "
-               "PRIMARY KEY (fp, hash)) WITHOUT ROWID")
+               "PRIMARY KEY (fp, hash))")
 
     def __init__(self, path: Path, dim: int, fingerprint: str, shared: Path | None = None):
         if not fingerprint:
