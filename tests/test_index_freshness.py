@@ -9,7 +9,7 @@ import shutil
 
 import numpy as np
 import pytest
-from retrieval_graphs import LEXICAL_ONLY, build_tcm_graph
+from retrieval_graphs import LEXICAL_ONLY, REPO, build_tcm_graph
 
 from bencao.cli import main
 from bencao.errors import BencaoError
@@ -85,6 +85,11 @@ def test_retraining_into_the_same_directory_re_embeds_and_queries_use_the_index_
         text = "rolled oats. Oat grains flattened by rollers."
         assert float(stored[row] @ new.encode([text])[0]) > 0.999
         assert ix.dense_search("entities", "honey from buckwheat", 1)[0][0] == g.find_entity_id("buckwheat honey")
+
+    # a config that names no model (the shipped default) keeps the index's embedder
+    default = _index_json(capsys, "--graph", str(tmp_path / "g"), "--config", str(REPO / "configs" / "retrieval" / "default.yaml"), "kinds=[entities]",
+                          "dense_kinds=[entities]")
+    assert default["embedder"] == "ft" and default["embedded"] == 0
 
     # a rebuilt graph with the same model reuses the per-user cache: nothing to embed
     shutil.rmtree(tmp_path / "g")
