@@ -93,6 +93,11 @@ def test_streamed_bm25_equals_bm25s_own_index(tmp_path):
     ours.save(tmp_path / "lex")
     loaded = LexicalIndex.load(tmp_path / "lex")
     assert isinstance(loaded.bm25.scores["data"], np.memmap)
+    from bencao.retrieval.index.lexical import TokenVocab
+
+    vocab = loaded.bm25.vocab_dict  # memory-mapped, not a dict parsed from JSON
+    assert isinstance(vocab, TokenVocab) and len(vocab) == len(ours.bm25.vocab_dict)
+    assert all(vocab[t] == i for t, i in ours.bm25.vocab_dict.items()) and "not-a-token" not in vocab
     for _ in range(100):
         q = [rnd.choice(words) for _ in range(rnd.randint(1, 4))]
         want = ref.get_scores(q)
