@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import sys
 from collections import deque
@@ -36,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
-from bencao.errors import BencaoError, ConfigError, InputError
+from bencao.errors import ConfigError, InputError
 from bencao.io import content_hash
 
 log = logging.getLogger(__name__)

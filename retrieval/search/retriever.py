@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
