@@ -42,6 +42,8 @@ class GraphBuildConfig:
     repo: str = field("../..", help="The bencao checkout that `repo:` paths (bundled data, shipped configs) resolve against, relative to this YAML file.")
     index: bool = field(True, help="Build the retrieval indexes after ingestion.")
     index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`, or `repo:PATH`); the built-in defaults when empty.")
+    options: dict[str, dict[str, Any]] = field(default_factory=dict, help="Loader options by format, applied to every source of that format "
+                                                                          "over its own (e.g. options.books-txt.all_families=true on the command line).")
 
 
 @dataclass
@@ -85,7 +87,7 @@ def resolve_sources(cfg: GraphBuildConfig, root: Path) -> list[ResolvedSource]:
         matches = sorted(glob.glob(pattern)) if any(c in src.path for c in "*?[") else [pattern]
         if not matches:
             raise ConfigError(f"sources[{i}]: no file matches {src.path!r} (under {Path(pattern).parent})")
-        options = dict(src.options)
+        options = {**src.options, **cfg.options.get(src.format, {})}
         if "mapping" in options:
             options["mapping"] = str(resolve_path(str(options["mapping"]), root, cfg.repo))
         for m in matches:

@@ -16,7 +16,7 @@ from bencao.cli import main
 from bencao.retrieval.build import load_build_config, resolve_sources
 from bencao.retrieval.graph.store import Graph
 
-BOOKS = ("028-食鉴本草.txt", "457-伤寒论.txt")
+BOOKS = ("000-神农本草经.txt", "457-伤寒论.txt")
 
 
 @pytest.fixture(scope="module")
@@ -43,14 +43,14 @@ def built(tmp_path_factory, slice_dir, repo):
 def test_recipe_builds_catalogue_books_and_recipes_from_the_root_folder(built):
     with Graph.open(built) as g:
         docs = g.documents()
-    assert [(d["format"], d["title"]) for d in docs] == [("catalog-csv", "mfh_catalog_106"), ("books-txt", "食鉴本草"),
+    assert [(d["format"], d["title"]) for d in docs] == [("catalog-csv", "mfh_catalog_106"), ("books-txt", "神农本草经"),
                                                          ("books-txt", "伤寒论"), ("recipes-jsonl", "食疗方")]
     assert [d["source"] for d in docs[1:3]] == [BOOKS[0] + ".gz", BOOKS[1]]
 
 
 def test_build_writes_the_per_book_report_and_its_summary(built):
     rows = [json.loads(line) for line in (built / "reports" / "books.jsonl").read_text(encoding="utf-8").splitlines()]
-    assert [r["title"] for r in rows] == ["食鉴本草", "伤寒论"]
+    assert [r["title"] for r in rows] == ["神农本草经", "伤寒论"]
     for r in rows:
         assert r["snippet_chars"] == r["body_chars"] + r["added_chars"] and r["body_chars"] > 10_000
         assert r["chars"] == r["markup_chars"] + r["header_chars"] + r["heading_chars"] + r["body_chars"]
@@ -81,3 +81,16 @@ def test_a_missing_root_folder_is_a_one_line_error(tmp_path, repo, capsys):
                f"root={tmp_path / 'nowhere'}"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.startswith("error: root=") and "no such folder" in err and "\n" not in err
+
+
+def test_each_book_gets_the_extractor_its_title_or_markup_calls_for(built):
+    rows = {json.loads(line)["title"]: json.loads(line) for line in (built / "reports" / "books.jsonl").read_text(encoding="utf-8").splitlines()}
+    herbal, shanghan = rows["神农本草经"]["extractors"], rows["伤寒论"]["extractors"]
+    assert herbal["chosen_by"] == {"materia_medica": "title"} and herbal["materia_medica"]["entries"] > 300
+    assert shanghan["chosen_by"] == {"formulas": "markup"} and shanghan["formulas"]["has_ingredient"] > 300
+    with Graph.open(built) as g:
+        rels = g.stats()["by_relation"]
+        assert rels["has_ingredient"] > 400 and rels["has_flavour"] > 50 and rels["treats"] > 300
+        # 伤寒论's 桂枝汤, its herbs resolved to the catalogue's and 神农本草经's substances
+        gz = g.find_entity_id("桂枝汤", "formula")
+        assert {"芍药", "甘草", "大枣"} <= {t["tail"] for t in g.triples_of(gz, "out", "has_ingredient")}

@@ -40,18 +40,23 @@ from bencao.config import field
 from bencao.errors import BencaoError, InputError
 from bencao.io import iter_jsonl, read_text
 from bencao.retrieval.graph.store import DocumentBuilder
+from bencao.retrieval.ingest.book_kinds import check_mode, formulas_reason, materia_medica_reason
 from bencao.retrieval.ingest.book_report import BookAccount, nonws
 from bencao.retrieval.ingest.text_reader import TextLines
 from bencao.retrieval.ingest.registry import _title_of, register
 from bencao.text import chunk_text, count_tokens
 
-BOOK_OPTIONS = ("max_tokens", "materia_medica", "encoding")
+BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "all_families", "encoding")
 
 
 @dataclass
 class BookOptions:
     max_tokens: int = field(300, help="Longest snippet in approximate tokens; sections are cut on sentence boundaries.")
-    materia_medica: bool = field(False, help="Run the LLM-free materia-medica pattern extractor on every section.")
+    materia_medica: bool | str = field(False, help="Run the LLM-free materia-medica pattern extractor: true, false, or auto "
+                                                    "(herbals and food-therapy books by title or markup, see book_kinds).")
+    formulas: bool | str = field(False, help="Run the LLM-free formula extractor: true, false, or auto (formula books by title or markup).")
+    all_families: bool = field(False, help="Also write the relation families whose measured precision is below 90 % "
+                                           "(off by default; see the README's extraction-precision table).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
 
 
@@ -62,11 +67,16 @@ def parse_options(options: dict[str, Any]) -> BookOptions:
         if isinstance(mt, bool) or not isinstance(mt, int) or mt < 8:
             raise BencaoError(f"option max_tokens={mt!r}: expected an integer >= 8")
         opts.max_tokens = mt
-    if "materia_medica" in options:
-        mm = options["materia_medica"]
-        if not isinstance(mm, bool):
-            raise BencaoError(f"option materia_medica={mm!r}: expected true or false")
-        opts.materia_medica = mm
+    for key in ("materia_medica", "formulas"):
+        if key in options:
+            try:
+                setattr(opts, key, check_mode(key, options[key]))
+            except ValueError as exc:
+                raise BencaoError(str(exc)) from None
+    if "all_families" in options:
+        if not isinstance(options["all_families"], bool):
+            raise BencaoError(f"option all_families={options['all_families']!r}: expected true or false")
+        opts.all_families = options["all_families"]
     if options.get("encoding"):
         opts.encoding = str(options["encoding"])
     return opts
@@ -149,13 +159,16 @@ def clean_body(lines: Iterable[str], stats: Counter[str] | None = None) -> str:
     paras: list[str] = []
     cur = ""
     prev = ""
-    for ln in cleaned:
+    first = next((i for i, ln in enumerate(cleaned) if ln), -1)
+    for i, ln in enumerate(cleaned):
         if not ln:
             if cur:
                 paras.append(cur)
             cur, prev = "", ""
             continue
-        new_para = bool(cur) and (_PARA_START.match(ln) is not None or (prev.endswith(_TERMINAL) and len(prev) < width - 3))
+        # a short first line (本草备要's 润肺，杀虫 over the entry) is a line of its own
+        lead = i == first + 1 and len(prev) <= 16 and len(prev) < width // 2
+        new_para = bool(cur) and (lead or _PARA_START.match(ln) is not None or (prev.endswith(_TERMINAL) and len(prev) < width - 3))
         if new_para:
             paras.append(cur)
             cur = ln
@@ -397,7 +410,8 @@ def parse_sections_jsonl(path: Path) -> list[RawBook]:
 
 
 def add_book(b: DocumentBuilder, book: RawBook, opts: BookOptions) -> dict[str, Any]:
-    """Write one parsed book into the builder: level-0 node, heading nodes, sections, snippets."""
+    """Write one parsed book into the builder: level-0 node, heading nodes, sections, snippets, and
+    (when chosen for this book) the pattern extractors' entities and triples."""
     root = b.section(book.title)
     texts: list[str] = []  # every snippet's text, for the accounting check
     intro = _add_snippet_list(b, root, book.intro, opts)
@@ -405,12 +419,7 @@ def add_book(b: DocumentBuilder, book: RawBook, opts: BookOptions) -> dict[str, 
     n_snip = len(intro)
     chain: list[tuple[str, str]] = []  # open heading nodes (title, id) below the book
     last: tuple[list[str], str, str] | None = None  # (parent titles, title, id) of the last section
-    stats: Counter[str] = Counter()
-    mm = None
-    if opts.materia_medica:
-        from bencao.retrieval.ingest import materia_medica as mm
-
-        mm.declare_relations(b)
+    written: list[tuple[str, str, list[tuple[str, str]]]] = []  # (title, text, snippets) per section
     for sec in book.sections:
         k = 0
         while k < len(chain) and k < len(sec.volumes) and chain[k][0] == sec.volumes[k]:
@@ -428,20 +437,49 @@ def add_book(b: DocumentBuilder, book: RawBook, opts: BookOptions) -> dict[str, 
         snips = _add_snippet_list(b, sid, sec.text, opts)
         n_snip += len(snips)
         texts += [t for _, t in snips]
-        if mm is not None and snips:
-            for entry in mm.extract_section(b, sec.title, sec.text, snips, book=book.title):
-                stats["entries"] += 1
-                for rel, n in entry.items():
-                    stats[rel] += n
+        written.append((sec.title, sec.text, snips))
     out: dict[str, Any] = {"sections": len(book.sections), "snippets": n_snip}
     if book.account is not None:
         book.account.verify(texts, f"{b.source} ({book.title})")
         book.account.release()
         out["accounting"] = book.account.to_dict()
         out["max_snippet_tokens"] = max((count_tokens(t) for t in texts), default=0)
-    if opts.materia_medica:
-        out["materia_medica"] = dict(stats)
+    out.update(_extract(b, book.title, written, opts))
     return out
+
+
+def _extract(b: DocumentBuilder, title: str, written: list[tuple[str, str, list[tuple[str, str]]]],
+             opts: BookOptions) -> dict[str, Any]:
+    """Run the extractors chosen for this book (materia medica first: its entries name substances)."""
+    pairs = [(t, x) for t, x, _ in written]
+    why_mm = materia_medica_reason(opts.materia_medica, title, pairs)
+    why_f = formulas_reason(opts.formulas, title, pairs)
+    out: dict[str, Any] = {}
+    if why_mm is None and why_f is None:
+        return out
+    from bencao.retrieval.ingest import formulas as fx
+    from bencao.retrieval.ingest import materia_medica as mm
+    from bencao.retrieval.ingest.substances import SubstanceNames
+
+    names = SubstanceNames(b.graph)
+    out["extractors"] = {k: v for k, v in (("materia_medica", why_mm), ("formulas", why_f)) if v}
+    if why_mm is not None:
+        mm.declare_relations(b)
+        out["materia_medica"] = dict(mm.extract_book(b, written, names, relations=_relations(mm.FAMILIES, opts)))
+    if why_f is not None:
+        fx.declare_relations(b)
+        out["formulas"] = dict(fx.extract_book(b, written, names, relations=_relations(fx.FAMILIES, opts)))
+    return out
+
+
+def _relations(families: dict[str, str], opts: BookOptions) -> list[str]:
+    """The relations to write: all with ``all_families``, else those of families at or above the precision bar."""
+    from bencao.retrieval.ingest.precision import BELOW_BAR
+
+    rels = [r for r, fam in families.items() if opts.all_families or fam not in BELOW_BAR]
+    if opts.all_families or "alias" not in BELOW_BAR:
+        rels.append("aliases")
+    return rels
 
 
 def _add_snippet_list(b: DocumentBuilder, section_id: str, text: str, opts: BookOptions) -> list[tuple[str, str]]:
@@ -476,12 +514,17 @@ def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOpti
     if not books or all(not bk.sections and not bk.intro for bk in books):
         raise InputError(path, "empty document: no sections or text")
     summaries = []
-    mm_total: Counter[str] = Counter()
+    totals: dict[str, Counter[str]] = {"materia_medica": Counter(), "formulas": Counter()}
     for bk in books:
         s = add_book(b, bk, opts)
-        summaries.append({"title": bk.title, **bk.meta, "sections": s["sections"], "snippets": s["snippets"],
-                          **({"accounting": {**s["accounting"], "max_snippet_tokens": s["max_snippet_tokens"]}} if "accounting" in s else {})})
-        mm_total.update(s.get("materia_medica", {}))
+        summary = {"title": bk.title, **bk.meta, "sections": s["sections"], "snippets": s["snippets"]}
+        if "accounting" in s:
+            summary["accounting"] = {**s["accounting"], "max_snippet_tokens": s["max_snippet_tokens"]}
+        if s.get("extractors"):
+            summary["extractors"] = {"chosen_by": s["extractors"], **{k: s[k] for k in totals if k in s}}
+        summaries.append(summary)
+        for k in totals:
+            totals[k].update(s.get(k, {}))
     if not b.snippets and len(b.sections) == len(books):
         raise InputError(path, "empty document: no sections or text")
     if len(books) == 1:
@@ -491,12 +534,18 @@ def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOpti
             if key in books[0].meta:
                 b.meta[key] = books[0].meta[key]
     b.meta["books"] = summaries
-    if opts.materia_medica:
-        b.meta["materia_medica"] = {"entries": mm_total.pop("entries", 0), "triples": dict(sorted(mm_total.items()))}
+    if opts.materia_medica is not False:
+        mm_total = totals["materia_medica"]
+        b.meta["materia_medica"] = {"entries": mm_total.pop("entries", 0), "aliases": mm_total.pop("aliases", 0),
+                                    "triples": dict(sorted(mm_total.items()))}
+    if opts.formulas is not False:
+        f_total = totals["formulas"]
+        b.meta["formulas"] = {"formulas": f_total.pop("formulas", 0), "ingredients_unknown": f_total.pop("ingredients_unknown", 0),
+                              "triples": dict(sorted(f_total.items()))}
 
 
 @register("books-txt", kind="book", options=BOOK_OPTIONS,
-          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030); options max_tokens, materia_medica, encoding")
+          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030, .gz ok); options max_tokens, materia_medica, formulas, all_families, encoding")
 def load_books_txt(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     lines = TextLines(path, opts.encoding)
@@ -509,15 +558,15 @@ def load_books_txt(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> N
 
 
 @register("books-md", kind="book", options=BOOK_OPTIONS,
-          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, encoding")
+          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, formulas, all_families, encoding")
 def load_books_md(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     book = parse_markdown(read_text(path, opts.encoding), path, _title_of(path))
     _finish(b, path, [book], opts)
 
 
-@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica"),
-          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica")
+@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "all_families"),
+          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica, formulas, all_families")
 def load_sections_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     _finish(b, path, parse_sections_jsonl(path), opts)

@@ -1,0 +1,111 @@
+"""The LLM-free formula extractor and the rule that picks the books each extractor reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.ingest.book_kinds import formulas_reason, materia_medica_reason
+from bencao.retrieval.ingest.formulas import ORIGIN, find_formulas, is_formula_name, parse_ingredient_line
+from bencao.retrieval.ingest.registry import ingest_file
+
+TXT = Path(__file__).resolve().parents[1] / "data" / "sample" / "tcm_classics" / "txt"
+SHANGHAN = TXT / "457-伤寒论.txt"
+SHENNONG = TXT / "000-神农本草经.txt"
+CATALOG = Path(__file__).resolve().parents[1] / "data" / "sample" / "mfh_catalog" / "mfh_catalog_106.csv"
+
+# 太平圣惠方's form: the indications, then 宜服X方, the ingredient line, the method; an unnamed 宜服此方 after it
+SHENGHUI = ("治肝脏风。筋脉抽掣。口眼偏斜。四肢疼痛。宜服羌活散方。\n"
+            "羌活（三分） 白术（三分） 麻黄（三分去根节） 川芎当归（一两） 丹参（三分）\n"
+            "上件药。捣粗罗为散。每服三钱。\n"
+            "治肝脏风。上焦虚热。宜服此方。\n"
+            "柏子仁（一两） 麻黄（一两）\n"
+            "上件药。捣罗为末。")
+# 世医得效方's form: formula names as \x…\x subheadings (【】 after cleaning), 各 doses
+DEXIAO = ("【加味宣风散】\n治肾虚证，疹疮变黑。\n鸡心槟榔（二个） 陈皮（去白） 青皮（去穣） 甘草（炙。各二钱半）\n上为末。"
+          "去麦不【独圣散】治疹疮陷入不发。\n穿山甲（汤洗净，炒令焦黄） 甘草（一钱） 芎 （三分）\n上为末。")
+
+
+def test_formula_names():
+    assert is_formula_name("羌活散") and is_formula_name("加味宣风散") and is_formula_name("桂枝去桂加茯苓白术汤")
+    assert not is_formula_name("风证通治方") and not is_formula_name("中风方四十一道") and not is_formula_name("民望方")
+    assert not is_formula_name("上为散") and not is_formula_name("散")
+
+
+def test_ingredient_lines_with_doses_preparations_and_each():
+    ings = parse_ingredient_line("鸡心槟榔（二个） 陈皮（去白） 青皮（去穣） 甘草（炙。各二钱半）")
+    assert [(i.name, i.dose, i.prep) for i in ings] == [("鸡心槟榔", "二个", None), ("陈皮", "二钱半", "去白"),
+                                                         ("青皮", "二钱半", "去穣"), ("甘草", "二钱半", "炙")]
+    # 圣惠方 writes dose and preparation in one note; a lost character (芎 （三分）) drops only that name
+    ings = parse_ingredient_line("麻黄（三分去根节） 芎 （三分） 丹参（三分）")
+    assert [(i.name, i.dose, i.prep) for i in ings] == [("麻黄", "三分", "去根节"), ("丹参", "三分", None)]
+    assert parse_ingredient_line("上件药。捣粗罗为散。每服三钱。") is None
+
+
+def test_the_forms_of_the_formula_books_give_separate_entries():
+    fs = {f.name: f for f in find_formulas("治肝风诸方", SHENGHUI)}
+    assert set(fs) == {"羌活散"}  # 宜服此方 is unnamed: its 柏子仁 is no one's
+    qh = fs["羌活散"]
+    assert [t for t, _ in qh.treats] == ["肝脏风", "筋脉抽掣", "口眼偏斜", "四肢疼痛"]
+    assert [i.name for i in qh.ingredients] == ["羌活", "白术", "麻黄", "川芎当归", "丹参"]  # 川芎当归: a name the check below refuses
+    fs = {f.name: f for f in find_formulas("疹疮", DEXIAO)}
+    assert set(fs) == {"加味宣风散", "独圣散"}
+    assert [t for t, _ in fs["加味宣风散"].treats] == ["肾虚证", "疹疮变黑"]
+    assert [(i.name, i.dose) for i in fs["独圣散"].ingredients] == [("穿山甲", None), ("甘草", "一钱")]  # 芎 （…）: a lost character
+
+
+def test_only_known_substances_become_ingredients(tmp_path):
+    book = tmp_path / "圣惠方.txt"
+    book.write_text("<篇名>圣惠方\n<目录>卷一\n<篇名>治肝风诸方\n内容：" + SHENGHUI.replace("\n", "\n") + "\n", encoding="utf-8")
+    herbal = tmp_path / "本草.txt"
+    herbal.write_text("<篇名>小本草\n" + "".join(f"<篇名>{n}\n内容：味苦，平。主风寒。\n" for n in ("羌活", "白术", "麻黄", "丹参", "柏子仁")),
+                      encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    ingest_file(g, "books-txt", herbal, {"materia_medica": "auto"})
+    doc, _, _ = ingest_file(g, "books-txt", book, {"formulas": "auto"})
+    f = next(e for e in g.iter_entities("formula"))
+    assert f["name"] == "羌活散"
+    comp = {t["tail"]: t["attributes"] for t in g.triples_of(f["id"], "out", "has_ingredient")}
+    assert comp == {"羌活": {"dose": "三分"}, "白术": {"dose": "三分"}, "麻黄": {"dose": "三分", "preparation": "去根节"},
+                    "丹参": {"dose": "三分"}}  # 川芎当归 is unknown: not a herb; 柏子仁 belongs to the unnamed formula
+    meta = g.get_document(doc)["meta"]
+    assert meta["formulas"]["ingredients_unknown"] == 1 and meta["books"][0]["extractors"]["chosen_by"] == {"formulas": "title"}
+
+
+@pytest.fixture(scope="module")
+def shanghan(tmp_path_factory):
+    g = Graph.create(tmp_path_factory.mktemp("f"))
+    ingest_file(g, "catalog-csv", CATALOG)
+    ingest_file(g, "books-txt", SHENNONG, {"materia_medica": "auto", "formulas": "auto"})
+    doc, _, _ = ingest_file(g, "books-txt", SHANGHAN, {"materia_medica": "auto", "formulas": "auto"})
+    yield g, doc
+    g.close()
+
+
+def test_shanghan_formulas_with_doses_and_indications(shanghan):
+    g, doc = shanghan
+    assert g.get_document(doc)["meta"]["books"][0]["extractors"]["chosen_by"] == {"formulas": "markup"}
+    guizhi = g.find_entity_id("桂枝汤", "formula")
+    comp = {t["tail"]: t["attributes"].get("dose") for t in g.triples_of(guizhi, "out", "has_ingredient")}
+    assert {"芍药": "三两", "甘草": "二两", "生姜": "三两", "大枣": "十二枚"}.items() <= comp.items()
+    assert {"头痛", "发热", "汗出", "恶风"} <= {t["tail"] for t in g.triples_of(guizhi, "out", "treats")}
+    for t in g.triples_of(guizhi, "out"):
+        assert t["origin"] == ORIGIN and t["layer"] == "book"
+        for s in g.snippets_of_triple(t["id"]):  # provenance: the snippet says it
+            assert (t["attributes"].get("as_written") or t["tail"]) in s["text"], (t["tail"], s["text"][:50])
+
+
+def test_the_book_rule():
+    assert materia_medica_reason("auto", "神农本草经", []) == "title" and materia_medica_reason("auto", "饮膳正要", []) == "title"
+    assert materia_medica_reason("auto", "伤寒论", [("辨太阳病", "太阳之为病，脉浮。")]) is None
+    assert materia_medica_reason(False, "神农本草经", []) is None and materia_medica_reason(True, "伤寒论", []) == "option"
+    assert formulas_reason("auto", "太平圣惠方", []) == "title" and formulas_reason("auto", "医方集解", []) == "title"
+    assert formulas_reason("auto", "徐批叶天士晚年方案真本", []) is None  # 方案: case records
+    herbal_sections = [(f"药{i}", "味甘，平，无毒。主寒热。") for i in range(12)]
+    assert materia_medica_reason("auto", "名医别录", herbal_sections) == "title"
+    assert materia_medica_reason("auto", "某书", herbal_sections) == "markup"
+    named = [(f"{a}{b}散", "治某病。") for a in "甲乙丙" for b in "子丑寅卯"]
+    assert formulas_reason("auto", "某书", [("卷首", "")] * 3 + named) == "markup"
+    assert formulas_reason("auto", "某书", [("卷首", "")] * 40 + named) is None
