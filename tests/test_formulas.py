@@ -74,6 +74,51 @@ def test_only_known_substances_become_ingredients(tmp_path):
     assert meta["formulas"]["ingredients_unknown"] == 1 and meta["books"][0]["extractors"]["chosen_by"] == {"formulas": "title"}
 
 
+# the errors of the first judged sample (bench/extraction_precision/round1/), as the corpus writes them
+YOUKE = ("治霍乱烦渴。【香豆散】\n藿香 肉豆蔻（各一两） 白扁豆 人参（各半两） 甘草（炙，一分）为末。每一钱，水八分盏，煎四分。\n"
+         "【〔丁时发〕人参散】 治虚热及吐利烦渴。\n人参 茯苓 桔梗（各半两） 生犀角 甘草（炙。各一分）上为末。\n"
+         "【四物汤】（见第二十一）\n【三因加减四斤丸】 治肾、肝虚。\n肉苁蓉（酒浸） 牛膝（酒浸） 木瓜（干） 熟地黄（各等分）\n上为细末。\n"
+         "【洗阴肿核痛】治丈夫阴肿如斗，核中痛。\n雄黄末 矾石（研各一两）\n水煮洗之。\n"
+         "【二青散】 治阳毒诸疮，红肿痛痒，热未成者立消。水龙骨、白藓皮、黄柏各一钱，为末。\n"
+         "【茯苓饮】治积饮〔停水在心下〕，胸满。\n茯苓 人参（各一钱五分） 橘皮（一钱二分五厘）")
+
+
+def test_headings_doses_and_clauses_of_the_first_judged_sample():
+    fs = {f.name: f for f in find_formulas("胎疾", YOUKE)}
+    # a 【〔source〕name】 heading is a formula; any other 【…】 heading ends the entry before it
+    assert {i.name for i in fs["香豆散"].ingredients} == {"藿香", "肉豆蔻", "白扁豆", "人参", "甘草"}
+    assert {i.name for i in fs["人参散"].ingredients} == {"人参", "茯苓", "桔梗", "生犀角", "甘草"}
+    assert "四物汤" not in fs and {i.name for i in fs["三因加减四斤丸"].ingredients} == {"肉苁蓉", "牛膝", "木瓜", "熟地黄"}
+    assert "矾石" not in {i.name for f in fs.values() for i in f.ingredients}
+    # an indication clause ends where the text stops describing the illness (…者立消) or at a dose
+    assert [t for t, _ in fs["二青散"].treats] == ["阳毒诸疮", "红肿痛痒"]
+    # commentary in 〔〕 is not an indication; 一钱二分五厘 is one dose
+    assert [t for t, _ in fs["茯苓饮"].treats] == ["积饮", "胸满"]
+    assert [(i.name, i.dose) for i in fs["茯苓饮"].ingredients][-1] == ("橘皮", "一钱二分五厘")
+    # a 各 whose dose was lost (各两) stops the 各 dose after it from reaching the names before it
+    ings = parse_ingredient_line("泽泻 茯苓 半夏（姜制各两） 青皮 干姜（各五钱）")
+    assert [(i.name, i.dose) for i in ings] == [("泽泻", None), ("茯苓", None), ("半夏", None), ("青皮", "五钱"), ("干姜", "五钱")]
+    # prose run into a list is not a list
+    assert parse_ingredient_line("效治一切水肿单腹胀蛊胀神效煎方茯苓皮 草果皮 五加皮 大腹皮") is None
+
+
+def test_ingredient_provenance_is_the_list_not_the_name(tmp_path):
+    book = tmp_path / "医方.txt"
+    long_before = "润肺清金，治久嗽。" * 30
+    book.write_text("<篇名>医方\n<篇名>肺门\n内容：【人参燕窝百合汤】 " + long_before + "\n内容：燕窝（三钱） 百合（五钱） 人参（一钱）\n",
+                    encoding="utf-8")
+    herbal = tmp_path / "本草.txt"
+    herbal.write_text("<篇名>小本草\n" + "".join(f"<篇名>{n}\n内容：味甘，平。主虚劳。\n" for n in ("燕窝", "百合", "人参")),
+                      encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    ingest_file(g, "books-txt", herbal, {"materia_medica": "auto"})
+    ingest_file(g, "books-txt", book, {"formulas": True, "max_tokens": 64})
+    f = g.find_entity_id("人参燕窝百合汤", "formula")
+    for t in g.triples_of(f, "out", "has_ingredient"):
+        (s,) = g.snippets_of_triple(t["id"])
+        assert t["tail"] + "（" in s["text"], (t["tail"], s["text"][:40])
+
+
 @pytest.fixture(scope="module")
 def shanghan(tmp_path_factory):
     g = Graph.create(tmp_path_factory.mktemp("f"))

@@ -149,7 +149,13 @@ def test_title_cleaning_and_piece_classification():
     assert clean_title("枸杞〈寒〉") == ("枸杞", [], "寒")
     assert clean_title("薯蓣（山药）") == ("薯蓣", ["山药"], None)
     assert clean_title("（榧）子〈平〉") == ("榧子", [], "平")
-    assert clean_title("茨（乌芋、荸荠）〈冷〉") == ("茨", ["乌芋", "荸荠"], "冷")
+    # several names in the parenthesis are related drugs as often as synonyms (本草新编's 丹砂（水银、轻粉）): no alias
+    assert clean_title("茨（乌芋、荸荠）〈冷〉") == ("茨", [], "冷")
+    assert clean_title("丹砂（水银、轻粉）") == ("丹砂", [], None)
+    # 本草分经's class marks go; a reading note standing for a lost character refuses the title
+    assert clean_title("（补）巴戟天") == ("巴戟天", [], None) and clean_title("（散）天麻") == ("天麻", [], None)
+    assert clean_title("（私以切）耳实") is None and clean_title("庵（音淹）（音闾）子") is None
+    assert clean_title("菝（音拔）葜") == ("菝葜", [], None)
     assert clean_title("山鸡、野鸡（雉）") is None and clean_title("邵序") is None and clean_title("上古天真论篇第一") is None
     assert classify_piece("心腹邪气") == ("treats", "心腹邪气")
     assert classify_piece("除烦") == ("treats", "烦")
@@ -158,6 +164,13 @@ def test_title_cleaning_and_piece_classification():
     assert classify_piece("温疟") == ("treats", "温疟")
     assert classify_piece("逐水") == ("has_effect", "逐水")
     assert classify_piece("如在车船上") is None and classify_piece("破症除瘕") is None
+    # header words, part qualities, body parts alone, methods and mixing are no facts
+    for piece in ("苦寒", "无毒", "肉润", "五脏身体", "醋磨", "晒干", "和蚌粉", "和诸药熏嗽", "令强", "去芦", "通大", "日夜无度"):
+        assert classify_piece(piece) is None, piece
+    assert classify_piece("和中") == ("has_effect", "和中") and classify_piece("善安心神") == ("has_effect", "安心神")
+    assert classify_piece("善忘") == ("treats", "善忘") and classify_piece("恶疮") == ("treats", "恶疮")
+    assert classify_piece("坚气") == ("treats", "坚气") and classify_piece("泻利") == ("treats", "泻利")
+    assert classify_piece("出音声") == ("has_effect", "出音声") and classify_piece("耳聋明目") is None
 
 
 def test_preface_text_with_entry_like_words_is_not_an_entry():

@@ -46,11 +46,12 @@ FAMILIES = {"has_ingredient": "formula_composition", "treats": "formula_treats"}
 
 _SUFFIX = r"(?:饮子|丸子|汤|散|丸|膏|丹|饮|煎)"
 _NAME = re.compile(rf"^[\u4e00-\u9fff]{{1,10}}?{_SUFFIX}$")
-_NOT_NAME = re.compile(r"通治|诸|门$|论|类|法|第|卷|附|又|一方|^治|^主|^凡|^用|^上|^右|歌|总|说|辨|^服|^煎|^以|^如|^其|^此|^宜|^每|^和|加减|^去|^同|^入|^若|^或|^再|^先|^后|^即|方[一二三四五六七八九十]")
+_NOT_NAME = re.compile(r"通治|诸|门$|论|类|法|第|卷|附|又|一方|^治|^主|^凡|^用|^上|^右|歌|总|说|辨|^服|^煎|^以|^如|^其|^此|^宜|^每|^和|^去|^同|^入|^若|^或|^再|^先|^后|^即|方[一二三四五六七八九十]")
 _ZHUZHI_AFTER = re.compile(r"^(.+?)者[，,]?此方主之")
 _METHOD = re.compile(r"^(?:上|右|以上|已上)[\u4e00-\u9fff]{0,4}(?:味|件|药|为|锉|捣|咀|各|同|细|研|除|共|等|用|一|二|三|四|五|六|七|八|九|十|并|\s)")
-_METHOD_AFTER = re.compile(r"(?<=[）\s])(?:上|右|以上|已上)(?:件|为|药|锉|捣|咀|细|粗|同|等|[一二三四五六七八九十]+味)")
-_DOSE_UNIT = "两钱分斤升合枚个片铢粒字茎根条只把握撮匙盏斗杯碗寸尺"
+_METHOD_AFTER = re.compile(r"(?<=[）\s])(?:上|右|以上|已上)(?:件|为|药|锉|捣|咀|细|粗|同|等|[一二三四五六七八九十]+味)"
+                           r"|(?<=）)(?:为(?:细|粗)?末|水煎|共为|研末)")
+_DOSE_UNIT = "两钱分厘毫斤升合枚个片铢粒字茎根条只把握撮匙盏斗杯碗寸尺张朵对具块段节钟"
 _DOSE = re.compile(rf"^(各)?((?:[一二三四五六七八九十百千半两\d．.]+(?:[{_DOSE_UNIT}])+[一二三四五六七八九十半]*)+|等分|少许|适量)$")
 _DOSE_LEAD = re.compile(rf"^(各)?((?:[一二三四五六七八九十百千半两]+(?:[{_DOSE_UNIT}])+[半]?)+)([\u4e00-\u9fff].*)$")
 _DOSE_TRAIL = re.compile(rf"^([\u4e00-\u9fff]*?[^\d一二三四五六七八九十百千半两各])(各)?((?:[一二三四五六七八九十百千半]+(?:[{_DOSE_UNIT}])+[半]?)+)$")
@@ -64,12 +65,14 @@ class Ingredient:
     dose: str | None = None
     prep: str | None = None
     each: bool = False  # the dose was written 各… (applies to the names before it)
+    barrier: bool = False  # a 各 whose dose is unreadable (各两): no dose passes it
 
 
 @dataclass
 class Formula:
     name: str
     ingredients: list[Ingredient] = field(default_factory=list)
+    list_start: int = 0  # where its ingredient list starts in the section's text (provenance of the ingredients)
     treats: list[tuple[str, str]] = field(default_factory=list)  # (indication, the piece as written)
     span: tuple[int, int] = (0, 0)  # where the entry is in its section's text (for provenance)
 
@@ -100,18 +103,18 @@ def parse_ingredient_line(para: str) -> list[Ingredient] | None:
     if "。" in _PAREN.sub("", para) or len(para) < 4:
         return None
     toks = _split_tokens(para)
-    if len(toks) < 2:
-        return None
+    if len(toks) < 2 or (not _TOKEN.match(toks[0]) and len(toks[0]) > 8):
+        return None  # fewer than two names, or prose ran into the list (…神效煎方茯苓皮 草果皮 …)
     out: list[Ingredient] = []
     good = 0
     for i, tok in enumerate(toks):
         m = _TOKEN.match(tok)
-        if not m:
+        if not m or (i + 1 < len(toks) and toks[i + 1].startswith("（") and not m.group(2)):
+            # unreadable, or 芎 （三分）: a lost character between name and dose; no 各 dose passes it
+            out.append(Ingredient("", barrier=True))
             continue
-        if i + 1 < len(toks) and toks[i + 1].startswith("（") and not m.group(2):
-            continue  # 芎 （三分）: a lost character between name and dose
         good += 1
-        ing = Ingredient(m.group(1))
+        ing = Ingredient(m.group(1), barrier="各" in m.group(2))
         for inner in re.findall(r"（([^（）]*)）", m.group(2)):
             preps: list[str] = []
             for piece in re.split(r"[，、。,；]", inner):
@@ -136,14 +139,15 @@ def parse_ingredient_line(para: str) -> list[Ingredient] | None:
         out.append(ing)
     if good < max(2, int(0.6 * len(toks))):
         return None
-    # 各: the dose of a 各-name applies to the names without a dose before it (since the last dose)
+    # 各: the dose of a 各-name applies to the names without a dose before it (since the last dose,
+    # an unreadable token or a 各 whose dose was lost: 半夏（姜制各两）)
     for i, ing in enumerate(out):
         if ing.each and ing.dose:
             j = i - 1
-            while j >= 0 and out[j].dose is None:
+            while j >= 0 and out[j].dose is None and not out[j].barrier:
                 out[j].dose = ing.dose
                 j -= 1
-    return out
+    return [ing for ing in out if ing.name]
 
 
 _COMMA_ITEM = re.compile(rf"^([\u4e00-\u9fff]{{2,6}}?)(各)?((?:[一二三四五六七八九十百半]+[{_DOSE_UNIT}])+[一二三四五六七八九十半]*)?$")
@@ -169,13 +173,13 @@ def parse_comma_list(text: str) -> list[Ingredient]:
 # --------------------------------------------------------------------------- indications
 
 
-_LEAD_CONJ = ("并", "及", "或", "兼", "亦", "又", "并治", "兼治", "亦治", "及治", "又治", "治", "疗", "主")
+_LEAD_CONJ = ("或时", "并", "及", "或", "兼", "亦", "又", "并治", "兼治", "亦治", "及治", "又治", "治", "疗", "主")
 _STOP = ("宜服", "并宜", "服", "宜", "此方", "一切", "不拘", "久服", "常服", "悉皆", "皆治", "并皆", "但是", "不问", "无问", "大人", "小儿")
 
 
 def _treats(formula: Formula, clause: str) -> None:
     """Indications of a 治… clause: its pieces that read as indications, up to the first that does not belong."""
-    if "（" in clause or "(" in clause:
+    if re.search(r"[（(〔]", clause):
         clause = _PAREN.sub("", clause)
         clause = re.split(r"[（(]", clause)[0]  # an unclosed note (医方集解's commentary) ends the clause
     for raw in re.split(r"[，、；。,;]", clause):
@@ -193,28 +197,36 @@ def _treats(formula: Formula, clause: str) -> None:
                     break
         if piece.endswith("方") and len(piece) > 2:
             piece = piece[:-1]  # 治漏下方 (千金: the formula for 漏下)
-        if _METHOD_PIECE.search(piece) or re.search(r"服|丸|为末|上件|右件|每", piece):
-            break  # the clause turned into how to take it
+        piece = re.sub(r"(?<=..)(?:等|诸)(?:证|症|疾|病|患)$", "", piece)  # 梦遗精滑等证 → 梦遗精滑
+        if _METHOD_PIECE.search(piece) or re.search(rf"服|丸|为末|上件|右件|每|[一二三四五六七八九十半][{_DOSE_UNIT}]", piece):
+            break  # the clause turned into how to take it, or into the ingredients (螺青一钱)
         c = classify_piece(piece)
         if c is not None and c[0] == "treats":
             if (repair_name(c[1]), piece) not in formula.treats:
                 formula.treats.append((repair_name(c[1]), piece))
 
 
-def _body(formula: Formula, paras: list[str], treats_clause: str | None = None) -> None:
-    """Read one entry's paragraphs: the 治 sentence, the first ingredient line(s), 此方主之."""
+_RECIPE_DONE = re.compile(r"为(?:细|粗)?末|为丸|为散|水煎|煎服|咀|上件|右件|上为|右为")
+
+
+def _body(formula: Formula, paras: list[tuple[int, str]], treats_clause: str | None = None) -> None:
+    """Read one entry's (offset, paragraph)s: the 治 sentence, the first ingredient line(s), 此方主之."""
     if treats_clause:
         _treats(formula, treats_clause)
     seen_ingredients = False
-    for k, p in enumerate(paras[:4]):
+    for k, (off, p) in enumerate(paras[:4]):
         if _METHOD.match(p):
             break
         if p.startswith(("治", "主治", "疗")) and not seen_ingredients:
             if not formula.treats:
                 _treats(formula, p[2:] if p.startswith("主治") else p[1:])
+            if _RECIPE_DONE.search(p):
+                break  # the whole recipe was in this paragraph: what follows is another one
             continue
         ings = parse_ingredient_line(p)
         if ings:
+            if not seen_ingredients:
+                formula.list_start = off
             formula.ingredients += ings
             seen_ingredients = True
             if _METHOD_AFTER.search(p):
@@ -223,6 +235,7 @@ def _body(formula: Formula, paras: list[str], treats_clause: str | None = None) 
         if k == 0 and not seen_ingredients:
             commas = parse_comma_list(p)
             if len(commas) >= 2:
+                formula.list_start = off
                 formula.ingredients += commas
                 seen_ingredients = True
                 m = re.search(r"。(治.+?)(?:。|$)", p)
@@ -231,7 +244,7 @@ def _body(formula: Formula, paras: list[str], treats_clause: str | None = None) 
                 continue
         if seen_ingredients:
             break
-    for p in paras[:6]:
+    for _, p in paras[:6]:
         m = _ZHUZHI_AFTER.match(p)
         if m and not formula.treats:
             _treats(formula, m.group(1))
@@ -252,9 +265,11 @@ def _split(text: str, title: str) -> list[tuple[str | None, int, int, int, str |
             starts.append((m.start(), m.end(), None, None))
             continue
         name = m.group(1) or m.group(2) or m.group(3) or m.group(5)
+        if m.group(1):
+            name = re.sub(r"^(?:〔[^〕]*〕|（[^）]*）)+", "", name).strip()  # 【〔丁时发〕人参散】: the source, then the name
         if not is_formula_name(name):
-            if m.group(1) and name in ("又方", "一方", "附方"):
-                starts.append((m.start(), m.end(), None, None))
+            if m.group(1):
+                starts.append((m.start(), m.end(), None, None))  # 【洗阴肿核痛】, 【又方】: another entry starts
             continue
         clause, begin = None, m.start()
         if m.group(5):
@@ -288,8 +303,12 @@ def find_formulas(title: str, text: str) -> list[Formula]:
     for name, begin, body, end, clause in _split(text, title):
         if name is None:
             continue
-        paras = [p.strip() for p in text[body:end].split("\n") if p.strip()]
-        f = Formula(repair_name(name), span=(begin, end))
+        paras, pos = [], body
+        for line in text[body:end].split("\n"):
+            if line.strip():
+                paras.append((pos + len(line) - len(line.lstrip()), line.strip()))
+            pos += len(line) + 1
+        f = Formula(repair_name(name), span=(begin, end), list_start=body)
         _body(f, paras, clause)
         if f.ingredients or f.treats:
             out.append(f)
@@ -337,9 +356,14 @@ def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[s
                     attrs = {k: v for k, v in (("dose", ing.dose), ("preparation", ing.prep), ("as_written", as_written)) if v}
                     facts.append(("has_ingredient", known[0], "substance", ing.name, attrs))
             if "treats" in keep:
-                # an indication that is a known substance is an ingredient list run on (…，归尾、乌药各二钱)
-                facts += [("treats", t, "symptom", piece, {}) for t, piece in f.treats if _known(names, local, t) is None]
-            placed = [(fact, where.locate([fact[3]], *f.span)) for fact in facts]
+                # an indication that is a known substance is an ingredient list run on (…，归尾、乌药各二钱): it ends them
+                for t, piece in f.treats:
+                    if _known(names, local, t) is not None:
+                        break
+                    facts.append(("treats", t, "symptom", piece, {}))
+            # an ingredient is found from its list on (not in the name: 人参燕窝百合汤), an indication in the entry
+            placed = [(fact, where.locate([fact[3]], f.list_start if fact[0] == "has_ingredient" else f.span[0], f.span[1]))
+                      for fact in facts]
             stats["unlocated"] += sum(1 for _, sid in placed if sid is None)
             placed = [(fact, sid) for fact, sid in placed if sid is not None]
             if not placed:

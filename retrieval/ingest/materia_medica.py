@@ -85,27 +85,36 @@ _NOT_ENTRY_TITLE = re.compile(r"序|论|篇|第|卷|凡例|目录|附录|总|诸
 _EFFECT_PREFIXES = ("安", "养", "益", "补", "通", "和", "利", "明", "轻身", "长", "强", "坚", "填", "壮", "润", "悦", "美", "好",
                     "耐", "令人", "延年", "不老", "不饥", "调", "厚", "充", "开", "滋", "暖", "温", "聪", "平", "生肌", "生津", "续",
                     "助", "宜", "下", "宣", "实", "驻", "黑", "乌", "变", "化", "行", "浓", "定", "保", "增", "荡", "推",
-                    "清", "泻", "醒", "健", "固", "敛", "收", "涩", "升", "降", "发", "透", "燥", "凉", "活", "舒", "缓", "镇", "宁", "排")
+                    "清", "泻", "醒", "健", "固", "敛", "收", "涩", "升", "降", "发", "透", "燥", "凉", "活", "舒", "缓", "镇", "宁", "排",
+                    "出", "起", "泄")
 # Indications that open like an effect phrase (温疟 is a disease, not 温 + 疟).
 _WHOLE_INDICATIONS = ("消渴", "温疟", "温病", "温毒", "坚积", "下血", "下痢", "下利", "下重", "发热", "发黄", "发狂", "发背", "清盲",
                       "坚满", "坚痛", "坚硬", "好唾", "好睡", "好眠", "好忘", "好怒", "好惊", "好卧", "好悲",
                       "泻痢", "泻泄", "清涕", "清谷", "固瘕", "通身", "黑疸", "黑子", "长虫", "收引", "坚瘕", "坚症", "化脓",
-                      "行步", "发落", "发秃", "暖气")
+                      "行步", "发落", "发秃", "暖气", "坚气", "泻利", "泻血", "出血", "泄泻", "泄痢", "泄利", "泄精", "泄注", "泄澼")
 # Removal verbs: the object is the indication (除烦 → 烦).
-_REMOVAL = ("除", "止", "去", "杀", "治", "疗", "解", "破", "散", "逐", "辟", "消")
+_REMOVAL = ("除", "止", "去", "杀", "治", "疗", "解", "破", "散", "逐", "辟", "消", "住")
+# One-character objects of 去 that are parts cut off in processing (去芦, 去皮, 去心): an instruction, not an effect
+_PART_REMOVED = set("芦皮心毛节核子足翅头尾土粗白瓤壳油苗须膜筋根")
 # One-character objects that are indications (止渴 → 渴); other one-character objects (消谷, 逐水) keep the phrase as an effect.
 _ONE_CHAR_SYMPTOMS = set("渴烦痛痢泄咳嗽喘呕吐疟痹疝肿汗痒疮癣胀满闷悸热寒风痰湿")
 # A piece with these is prose, not a name of an indication or effect.
-_PROSE = re.compile(r"[如若者之其也以而则可不勿忌能所为与及又云曰是此乃即或但凡每皆亦矣焉乎人仍用宜得同须当合于故误并非因致□]|^上攻|^攻|^有|仙药|灵丹|要药|圣药|神药|良药|[0-9０-９]|(?<![宿伤停积])食$|^[食多]"
+_PROSE = re.compile(r"[如若者之其也以而则可不勿忌能所为与及又云曰是此乃即或但凡每皆亦矣焉乎人仍用宜得同须当合于故误并非因致犹□]|^恐|^名|名[曰为]|一应|已(?:退|愈|止|除|平|安)|无度$|^牵引|^由|^上攻|^攻|^有|仙药|灵丹|要药|圣药|神药|良药|[0-9０-９]|(?<![宿伤停积])食$|^[食多]"
                     r"|(?:蒸|煮|炒|炙|捣|研|煎|熬|浸|渍|烧|焙|晒|曝|拌|绞)(?:过|熟|令|末|汁|服|之)|过$|^生|^熟")
 # A removal verb inside an indication means two clauses ran together (破症除瘕, 熨除痈肿).
-_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟养益补化宽清]|生津|生肌")
+_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟养益补化宽清收排]|生津|生肌|明目")
 # A piece that tells how to use the drug (煮汁服, 烧灰, 酒服方寸匕, 捣敷): the rest of the sentence is method
 _METHOD_PIECE = re.compile(r"^(?:捣|取|服|煮|研|敷|涂|摩|洗|浴|滴|点|含|嚼|熏|灸|烧|熨|贴|煎|作|同|入|生研|熟|以|用|为末|每)"
                            r"|取汁|服之|水服|酒服|煮汁|为末|为粉|方寸匕|立已|立愈|即愈|即瘥|神验|神效|良$|佳$|验$|瘥$|愈$|效$"
-                           r"|服$|灰$|煎汤|汁服|末服|研服|调服|饮之|食之|敷之|涂之|洗之|贴之|切|炒")
-_PROSE_EFFECT = re.compile(r"[如若者其也以而则可勿忌所与又云曰是此乃即或但凡每皆亦矣焉乎用得同须当名□]|[0-9０-９]|^和(?![中胃血脾营卫气五百肝肺阴阳荣])"
+                           r"|服$|灰$|煎汤|汁服|末服|研服|调服|饮之|食之|敷之|涂之|洗之|贴之|切|炒|磨|(?:晒|曝|阴|焙|烘|风)干"
+                           r"|立消|立效|如神|神妙|甚效|甚妙|极效")
+_PROSE_EFFECT = re.compile(r"[如若者其也以而则可勿忌所与又云曰是此乃即或但凡每皆亦矣焉乎用得同须当名□]|[0-9０-９]"
                            r"|(?:蒸|煮|炒|炙|捣|研|煎|熬|浸|渍|烧|焙|晒|曝|拌|绞)(?:过|熟|令|末|汁|服|之)|过$")
+# 和 opens an effect only with what it harmonises (和中, 和胃); 和蚌粉 / 和诸药 is a method (mix with …)
+_MIX = re.compile(r"^和(?![中胃血脾营卫气五百肝肺阴阳荣])")
+# a piece that is a 性味 header word (苦寒, 无毒), a part's quality (肉润, 皮涩) or only body parts (五脏身体): no fact
+_NOT_FACT = re.compile(rf"^(?:(?:微?[{FLAVOURS}]){{1,3}}{_NATURE}?|{_NATURE}|{_TOX}|[肉皮核仁子叶花根壳][{FLAVOURS}润燥温凉寒热平])$"
+                       r"|^(?:[五六]?[脏腑]|身体?|四肢|[头面目耳鼻口舌齿腰膝足手心肝脾肺肾胃胆]|皮肤|肌肉|筋骨|骨节|关节|百节|九窍)+$")
 _PAREN = re.compile(r"（[^（）]*）|\([^()]*\)|〔[^〕]*〕")
 _ALIAS = re.compile(r"[一又]名[∶:]?([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
 _HABITAT = re.compile(r"(?:^|[，。；])生([\u4e00-\u9fff]{0,3}(?:谷|泽|土|野|海|池|山|原|中|上))(?=[，。；]|$)")
@@ -115,6 +124,8 @@ _TITLE_NATURE = re.compile(rf"〈({_NATURE})〉")
 # a reading or a rank note in parentheses: （音梨）, （乌红切）, （余招反）, （为君）
 _SUB_ITEM = re.compile(rf"^[\u4e00-\u9fff]{{2,5}}[，∶:](?:气味|味[{FLAVOURS}]|主)")
 _READING = re.compile(r"^音|切$|反$|^为[君臣佐使]|^[上中下]品")
+# 本草分经 files its drugs under the classes of the 十剂 written before the name: （补）人参, （攻）大黄
+_CLASS_MARKS = set("补和攻散寒热温凉平泻涩润燥通宣轻重滑")
 # Image references and source notes that open an entry's text in some herbals (滇南本草, 本草纲目)
 _LEAD_NOISE = re.compile(r"^(?:\\r[^\\]*?\\p\w*\.bmp\\r|（《[^》]{1,8}》[^）]{0,6}）|[，。\s])+")
 # A paragraph that quotes someone (案∶, 《名医》曰∶, 时珍曰∶): not the entry's own words
@@ -165,7 +176,9 @@ class Entry:
             vals.append(value)
 
     def alias(self, name: str) -> None:
-        name = repair_name(name)
+        name = repair_name(re.sub(r"(?<=..)也$", "", name))  # 一名戴星草也 → 戴星草
+        if re.search(r"[名音者是故之]", name):
+            return  # a note, not a name: 根名鸢头, 赤者名绛矾, 射音夜, 故得名也
         if name and name != self.name and name not in self.aliases:
             self.aliases.append(name)
 
@@ -201,16 +214,20 @@ def clean_title(title: str) -> tuple[str, list[str], str | None] | None:
         inner = lead.group(1)
         if re.fullmatch(r"[一二三四五六七八九十]+", inner):
             return None  # a numbered heading, not an entry
-        if re.fullmatch(_NATURE, inner) or inner.startswith("音"):
-            t = t[lead.end():]  # a classification or a reading note
+        if _READING.search(inner):
+            return None  # （私以切）耳实: the note stands for the lost first character (枲耳实)
+        if re.fullmatch(_NATURE, inner) or inner in _CLASS_MARKS:
+            t = t[lead.end():]  # a classification: 本草分经's （补）巴戟天, （散）天麻
         else:
             t = inner + t[lead.end():]
+    if re.search(r"[\u4e00-\u9fff]（[^（）]*）（[^（）]*）[\u4e00-\u9fff]", t):
+        return None  # 庵（音淹）（音闾）子: a second note stands for a lost character (庵闾子)
     for inner in re.findall(r"（([^（）]*)）", t):
-        if _READING.search(inner):
-            continue
-        for a in re.split(r"[、，,]", inner):
-            if re.fullmatch(r"[\u4e00-\u9fff]{2,8}", a.strip()):
-                aliases.append(a.strip())
+        items = [a.strip() for a in re.split(r"[、，,]", inner) if a.strip()]
+        if _READING.search(inner) or len(items) != 1:
+            continue  # a reading note, or related drugs listed with the entry (丹砂（水银、轻粉）): no alias
+        if re.fullmatch(r"[\u4e00-\u9fff]{2,8}", items[0]):
+            aliases.append(items[0])
     name = re.sub(r"（[^（）]*）", "", t).strip()
     if "一名" in name:
         name, _, more = name.partition("一名")
@@ -244,16 +261,21 @@ def _pieces(clause: str) -> list[str]:
 
 def _ends_clause(piece: str) -> bool:
     """Pieces after which the clause is no longer about indications: habitat, synonyms, warnings."""
-    return piece.startswith(("不可", "勿", "忌", "多食", "久食", "一名", "又名", "宜", "同", "得", "配", "用", "以")) \
-        or _HABITAT.fullmatch(piece) is not None
+    return piece.startswith(("多食", "久食", "一名", "又名", "宜", "同", "得", "配", "用", "以")) \
+        or re.search(r"不可|勿|忌|慎", piece) is not None or _HABITAT.fullmatch(piece) is not None
 
 
 def classify_piece(piece: str) -> tuple[str, str] | None:
     """One piece of a 主 clause → ("treats", indication) or ("has_effect", effect), or None for prose."""
     if not 1 <= len(piece) <= 10 or not re.fullmatch(r"[\u4e00-\u9fff]+", piece):
         return None
-    if re.fullmatch(r"[心肝脾肺肾胃胆膀胱大小肠三焦五六脏腑]+", piece):
-        return None  # an organ alone (治脾肾脏。) is where, not what
+    if re.fullmatch(r"[心肝脾肺肾胃胆膀胱大小肠三焦五六脏腑]+", piece) or _NOT_FACT.search(piece) or _METHOD_PIECE.search(piece):
+        return None  # an organ alone (治脾肾脏。) is where, not what; 苦寒 is the header, not an indication
+    if piece.startswith("令") and not piece.startswith("令人"):
+        return None  # 令强 (makes it strong): about the organ the clause names, no indication
+    if piece.startswith("善") and len(piece) > 2:
+        c = classify_piece(piece[1:])  # 善安心神 (good at calming the mind): an effect; 善忘 stays an indication
+        return ("has_effect", piece[1:]) if c is not None and c[0] == "has_effect" else None
     if piece.startswith(_WHOLE_INDICATIONS):
         return None if _PROSE.search(piece) or _INNER_VERB.search(piece[2:]) else ("treats", piece)
     for verb in _REMOVAL:
@@ -262,10 +284,12 @@ def classify_piece(piece: str) -> tuple[str, str] | None:
             if _PROSE.search(obj) or _INNER_VERB.search(obj):
                 return None
             if len(obj) == 1 and obj not in _ONE_CHAR_SYMPTOMS:
-                return None if verb in ("治", "疗") else ("has_effect", piece)
+                return None if verb in ("治", "疗", "住") or obj in _PART_REMOVED else ("has_effect", piece)
             return ("treats", obj)
     if piece.startswith(_EFFECT_PREFIXES):
-        return None if len(piece) < 2 or _PROSE_EFFECT.search(piece[1:]) else ("has_effect", piece)
+        if len(piece) < 2 or _PROSE_EFFECT.search(piece[1:]) or _MIX.match(piece) or re.fullmatch(r".[大小]", piece):
+            return None  # 通大 (cut off from 通大、小二肠), 和蚌粉 (a method)
+        return ("has_effect", piece)
     if len(piece) < 2 or _PROSE.search(piece) or _INNER_VERB.search(piece):
         return None
     return ("treats", piece)
@@ -474,7 +498,14 @@ def _meridian_facts(entry: Entry, text: str) -> None:
 
 
 def _aliases_in(text: str) -> list[str]:
-    return [m.group(1) for m in _ALIAS.finditer(_PAREN.sub("", text))]
+    """一名/又名 names in ``text``, except in a sentence about something else (勿误用钩吻，钩吻即野葛，…又名断肠草)."""
+    text = _PAREN.sub("", text)
+    out = []
+    for m in _ALIAS.finditer(text):
+        before = text[max(text.rfind("。", 0, m.start()) + 1, 0): m.start()]
+        if not re.search(r"[即误勿似非如若与或]", before):
+            out.append(m.group(1))
+    return out
 
 
 def _split_fields(para: str) -> list[tuple[str, str]]:
@@ -689,7 +720,7 @@ def find_entries(title: str, text: str) -> list[Entry]:
         if not m:
             continue
         name = m.group(1) or m.group(2)
-        if len(name) < 2 or _NOT_ENTRY_TITLE.search(name) or name.startswith("凡") or name.endswith(("曰", "云", "按", "案", "言", "镜", "录", "书", "论", "鉴", "编", "集", "志", "记", "传", "要")):
+        if len(name) < 2 or _NOT_ENTRY_TITLE.search(name) or re.search(r"[及与并]", name) or name.startswith("凡") or name.endswith(("曰", "云", "按", "案", "言", "镜", "录", "书", "论", "鉴", "编", "集", "志", "记", "传", "要")):
             continue
         body = p[m.end():]
         end = len(text)
@@ -711,7 +742,11 @@ def find_entries(title: str, text: str) -> list[Entry]:
 
 def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: SubstanceNames) -> dict[str, int]:
     """Write one entry: the substance entity, its aliases and attributes, and one triple per fact
-    whose words are found in the entry's span (the snippet that holds them is its provenance)."""
+    whose words are found in the entry's span (the snippet that holds them is its provenance).
+
+    An indication that names a substance (恶莽草: averse to 莽草; 解汞粉: resolves calomel) is an
+    antagonism or an antidote use, not a disorder: it is not written."""
+    entry.facts = [f for f in entry.facts if f.relation != "treats" or not names.is_substance(re.sub(r"^[恶畏反忌](?=..)", "", f.tail))]
     located = [(f, where.locate([f.needle, f.tail], *entry.span)) for f in entry.facts]
     located = [(f, sid) for f, sid in located if sid is not None]
     counts: Counter[str] = Counter()

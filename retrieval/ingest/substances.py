@@ -71,6 +71,10 @@ class SubstanceNames:
             self._cache[key] = best[2] if best else None
         return self._cache[key]
 
+    def is_substance(self, name: str) -> bool:
+        """``name`` is a substance of the graph (name or curated alias) or an entry of this book."""
+        return norm_key(name) in self.entry_norms or self.resolve(name) is not None
+
     def entity(self, b: DocumentBuilder, name: str, *, attributes: dict[str, Any] | None = None,
                aliases: Iterable[tuple[str, str]] = ()) -> str:
         """Add (or refer to) the substance ``name`` in the builder, resolved as :meth:`resolve` does."""
