@@ -1,12 +1,16 @@
 """Recompute the pattern extractors' precision from the judged samples under bench/extraction_precision/.
 
-    .venv/bin/python bench/extraction_precision.py                 # the committed judged sample
-    .venv/bin/python bench/extraction_precision.py --dir DIR --markdown
+    .venv/bin/python bench/extraction_precision.py --markdown        # the reported figures
+    .venv/bin/python bench/extraction_precision.py --dir bench/extraction_precision/round1
 
 Each ``<family>.jsonl`` line is a sampled triple (see ``extraction_sample.py``) with ``judgment``
 true/false (and a ``reason`` for every false). Prints per family: triples judged, precision, its
-95 % Wilson interval, and the family's triples in the graph the sample was drawn from
-(``graph_counts.json``). Refuses a file with an unjudged line or a false without a reason.
+95 % Wilson interval, the family's triples in the graph the sample was drawn from
+(``graph_counts.json``) and the folder it came from. Several ``--dir`` may be given: a family judged
+in a later folder replaces the earlier one (the default, ``round2`` then ``round3``, is how the
+reported table was made: every family from a fresh sample after the development round, the two
+indication families from a second fresh sample after their rules changed again). Refuses a file
+with an unjudged line or a false without a reason.
 """
 
 from __future__ import annotations
@@ -46,37 +50,44 @@ def load(path: Path) -> list[dict]:
     return rows
 
 
-def table(folder: Path) -> list[dict]:
-    counts = {}
-    cpath = folder / "graph_counts.json"
-    if cpath.exists():
-        counts = json.loads(cpath.read_text(encoding="utf-8")).get("triples_per_family", {})
+def table(folders: list[Path]) -> list[dict]:
+    files: dict[str, tuple[Path, dict]] = {}
+    for folder in folders:  # a later folder's judgment of a family replaces an earlier one
+        counts = {}
+        cpath = folder / "graph_counts.json"
+        if cpath.exists():
+            counts = json.loads(cpath.read_text(encoding="utf-8")).get("triples_per_family", {})
+        for p in folder.glob("*.jsonl"):
+            files[p.stem] = (p, counts)
     out = []
-    files = {p.stem: p for p in folder.glob("*.jsonl")}
     for fam in [f for f in ORDER if f in files] + sorted(set(files) - set(ORDER)):
-        rows = load(files[fam])
+        path, counts = files[fam]
+        rows = load(path)
         k = sum(1 for r in rows if r["judgment"])
         lo, hi = wilson(k, len(rows))
         out.append({"family": fam, "judged": len(rows), "true": k, "precision": k / len(rows) if rows else 0.0,
-                    "wilson_low": lo, "wilson_high": hi, "in_graph": counts.get(fam), "loaded_by_default": (k / len(rows) if rows else 0) >= BAR})
+                    "wilson_low": lo, "wilson_high": hi, "in_graph": counts.get(fam), "sample": path.parent.name,
+                    "loaded_by_default": (k / len(rows) if rows else 0) >= BAR})
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", default=str(Path(__file__).resolve().parent / "extraction_precision"), help="folder of judged JSONL files")
+    here = Path(__file__).resolve().parent / "extraction_precision"
+    ap.add_argument("--dir", action="append", help="folder of judged JSONL files (repeatable; default: round2, round3)")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     args = ap.parse_args()
-    rows = table(Path(args.dir))
+    folders = [Path(d) for d in args.dir] if args.dir else [here / "round2", here / "round3"]
+    rows = table(folders)
     if not rows:
-        sys.exit(f"{args.dir}: no judged files")
+        sys.exit(f"{', '.join(map(str, folders))}: no judged files")
     if args.markdown:
-        print("| family | judged | precision | 95 % Wilson | triples in the graph | loaded by default |")
-        print("|---|---|---|---|---|---|")
+        print("| family | judged | precision | 95 % Wilson | triples in the sampled graph | sample | loaded by default |")
+        print("|---|---|---|---|---|---|---|")
         for r in rows:
             g = f"{r['in_graph']:,}" if r["in_graph"] is not None else "—"
             print(f"| {r['family']} | {r['judged']} | {r['precision']:.1%} | {r['wilson_low']:.1%}–{r['wilson_high']:.1%} | {g} | "
-                  f"{'yes' if r['loaded_by_default'] else 'no (all_families: true)'} |")
+                  f"{r['sample']} | {'yes' if r['loaded_by_default'] else 'no (all_families: true)'} |")
     else:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
 

@@ -102,6 +102,28 @@ def test_headings_doses_and_clauses_of_the_first_judged_sample():
     assert parse_ingredient_line("效治一切水肿单腹胀蛊胀神效煎方茯苓皮 草果皮 五加皮 大腹皮") is None
 
 
+def test_clauses_and_doses_of_the_second_judged_sample():
+    text = ("【湿郁汤】 治因雨露所袭，或坐卧湿地，皆为湿郁。\n苍术 白术（各一钱）\n"
+            "【秘传降气汤】 治男子、妇人上热下虚之疾，痰涎壅盛。\n紫苏子 半夏（各一钱）\n"
+            "【乌龙膏】 治诸疮毒肿。木鳖肉、半夏各一两，草乌三钱。\n"
+            "【启脾丸】 治小儿惊风。\n人参 白术（各一钱）\n上为末。治急惊风症，服后宜服启脾散。\n"
+            "【坯煎散】 治夹惊伤寒。\n羌活 川芎 白僵蚕（去丝。以上分两元本阙） 脑麝（各少许）\n"
+            "【何人饮】 治疟。\n何首乌（自三钱以至一两） 陈皮（二、三钱） 淡竹叶（河间）")
+    fs = {f.name: f for f in find_formulas("杂方", text)}
+    assert fs["湿郁汤"].treats == []  # the causes, not the illness
+    assert [t for t, _ in fs["秘传降气汤"].treats] == ["痰涎壅盛"]  # 男子、妇人: who, not what
+    assert [t for t, _ in fs["乌龙膏"].treats] == ["诸疮毒肿"]  # 木鳖肉、半夏各一两: the ingredients
+    assert "启脾散" not in fs  # 服后宜服启脾散: what it follows, not what it treats
+    assert {(i.name, i.dose) for i in fs["坯煎散"].ingredients} == {("羌活", None), ("川芎", None), ("白僵蚕", None), ("脑麝", "少许")}
+    assert {(i.name, i.dose, i.prep) for i in fs["何人饮"].ingredients} >= {("陈皮", "二三钱", None), ("淡竹叶", None, None)}
+    # 圣惠方's …人参散方。 without 宜服 ends the entry before it: its list is not 草豆蔻散's
+    shenghui = ("治脚气。发动呕逆。宜服草豆蔻散方。\n草豆蔻（一两） 吴茱萸（一分）\n上件药。捣筛为散。\n"
+                "治脚气呕逆。心乱不能下食。人参散方。\n人参（一两） 赤茯苓（一两）\n上件药。捣筛为散。")
+    fs = {f.name: f for f in find_formulas("治脚气呕逆诸方", shenghui)}
+    assert set(fs) == {"草豆蔻散"} and {i.name for i in fs["草豆蔻散"].ingredients} == {"草豆蔻", "吴茱萸"}
+    assert [t for t, _ in fs["草豆蔻散"].treats] == ["脚气"]
+
+
 def test_ingredient_provenance_is_the_list_not_the_name(tmp_path):
     book = tmp_path / "医方.txt"
     long_before = "润肺清金，治久嗽。" * 30

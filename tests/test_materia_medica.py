@@ -156,6 +156,26 @@ def test_title_cleaning_and_piece_classification():
     assert clean_title("（补）巴戟天") == ("巴戟天", [], None) and clean_title("（散）天麻") == ("天麻", [], None)
     assert clean_title("（私以切）耳实") is None and clean_title("庵（音淹）（音闾）子") is None
     assert clean_title("菝（音拔）葜") == ("菝葜", [], None)
+    assert clean_title("碱四百十八") == ("碱", [], None) and clean_title("乌药二百八十二") == ("乌药", [], None)
+    assert clean_title("白芝一名玉芝、素芝") == ("白芝", [], None)  # two names run together: no alias
+    assert clean_title("五脏及肠") is None
+
+
+def test_parts_related_items_and_other_opinions_are_not_the_entry():
+    # 其茎葱白∶平。…主伤寒寒热: a part after the entry (葱实); its indications are not the entry's
+    (e,) = find_entries("葱实", "味辛，温，无毒。主明目，补中不足。其茎葱白∶平。可作汤。主伤寒寒热，出汗。")
+    assert ("treats", "伤寒寒热") not in {(f.relation, f.tail) for f in e.facts}
+    assert ("has_effect", "明目") in {(f.relation, f.tail) for f in e.facts}
+    # 无毒。一云味辛。有毒。: the book says 无毒, 有毒 is another book's opinion
+    (e,) = find_entries("水荭草", "无毒。一云味辛。有毒。主消渴。")
+    assert {f.tail for f in e.facts if f.relation == "toxicity"} == {"无毒"}
+    # 五色石英 on its own line, then its 【主治】: not 白石英's
+    text = "【气味】甘，微温，无毒。\n【主治】消渴，咳逆。\n五色石英\n【主治】心腹邪气，安魂定魄。"
+    (e,) = find_entries("白石英", text)
+    assert "安魂定魄" not in {f.tail for f in e.facts} and "消渴" in {f.tail for f in e.facts}
+    # a 释名 item with a lost character (、 铁石 for 熁铁石) is no alias
+    (e,) = find_entries("磁石", "【释名】玄石、处石、 铁石、吸针石。\n【气味】辛，寒，无毒。\n【主治】周痹。")
+    assert set(e.aliases) == {"玄石", "处石", "吸针石"}
     assert clean_title("山鸡、野鸡（雉）") is None and clean_title("邵序") is None and clean_title("上古天真论篇第一") is None
     assert classify_piece("心腹邪气") == ("treats", "心腹邪气")
     assert classify_piece("除烦") == ("treats", "烦")
@@ -171,6 +191,12 @@ def test_title_cleaning_and_piece_classification():
     assert classify_piece("善忘") == ("treats", "善忘") and classify_piece("恶疮") == ("treats", "恶疮")
     assert classify_piece("坚气") == ("treats", "坚气") and classify_piece("泻利") == ("treats", "泻利")
     assert classify_piece("出音声") == ("has_effect", "出音声") and classify_piece("耳聋明目") is None
+    # the second judged sample's errors: 破伤风 is a disease (not 破 + 伤风), a body part alone, actions, notes
+    assert classify_piece("破伤风") == ("treats", "破伤风") and classify_piece("愈聋") == ("treats", "聋")
+    for piece in ("去皮肤", "缩小便", "抑肝气", "断血", "接骨", "肥健", "压丹石", "杵碎纳疮中", "连根半斤", "刮敷金疮",
+                  "俗呼棉花", "皮名谷白皮", "高尺许", "无问久新痉痫湿痹", "破胎堕子", "三十六种", "冯仲柔知丞传"):
+        assert classify_piece(piece) is None, piece
+    assert classify_piece("无名肿毒") == ("treats", "无名肿毒")
 
 
 def test_preface_text_with_entry_like_words_is_not_an_entry():

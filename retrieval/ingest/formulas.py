@@ -55,6 +55,7 @@ _DOSE_UNIT = "两钱分厘毫斤升合枚个片铢粒字茎根条只把握撮匙
 _DOSE = re.compile(rf"^(各)?((?:[一二三四五六七八九十百千半两\d．.]+(?:[{_DOSE_UNIT}])+[一二三四五六七八九十半]*)+|等分|少许|适量)$")
 _DOSE_LEAD = re.compile(rf"^(各)?((?:[一二三四五六七八九十百千半两]+(?:[{_DOSE_UNIT}])+[半]?)+)([\u4e00-\u9fff].*)$")
 _DOSE_TRAIL = re.compile(rf"^([\u4e00-\u9fff]*?[^\d一二三四五六七八九十百千半两各])(各)?((?:[一二三四五六七八九十百千半]+(?:[{_DOSE_UNIT}])+[半]?)+)$")
+_SOURCE_NOTE = re.compile(r"河间|丹溪|东垣|仲景|海藏|洁古|钱氏|钱乙|局方|千金|外台|和剂|圣惠|良方|直指|宝鉴|拔萃|济生|三因|本事|《[^》]*》")
 _PREP_PREFIX = "炙生熟炒煨制酒醋姜蜜焦炮净川广真新陈嫩老鲜干"
 _TOKEN = re.compile(r"^([\u4e00-\u9fff]{1,8})((?:（[^（）]*）)*)$")
 
@@ -114,13 +115,14 @@ def parse_ingredient_line(para: str) -> list[Ingredient] | None:
             out.append(Ingredient("", barrier=True))
             continue
         good += 1
-        ing = Ingredient(m.group(1), barrier="各" in m.group(2))
+        ing = Ingredient(m.group(1), barrier=re.search(r"各|阙|缺|以上|已上", m.group(2)) is not None)
         for inner in re.findall(r"（([^（）]*)）", m.group(2)):
             preps: list[str] = []
+            inner = re.sub(r"(?<=[一二三四五六七八九十])、(?=[一二三四五六七八九十])", "", inner)  # 二、三钱 → 二三钱
             for piece in re.split(r"[，、。,；]", inner):
                 piece = piece.strip()
-                if not piece:
-                    continue
+                if not piece or _SOURCE_NOTE.fullmatch(piece):
+                    continue  # （河间）: where the formula comes from, not how to prepare
                 piece = re.sub(r"^(?:以上|已上|上)(?=各)", "", piece)
                 d = _DOSE.match(piece) or _DOSE_LEAD.match(piece)
                 t = None if d else _DOSE_TRAIL.match(piece)
@@ -174,7 +176,8 @@ def parse_comma_list(text: str) -> list[Ingredient]:
 
 
 _LEAD_CONJ = ("或时", "并", "及", "或", "兼", "亦", "又", "并治", "兼治", "亦治", "及治", "又治", "治", "疗", "主")
-_STOP = ("宜服", "并宜", "服", "宜", "此方", "一切", "不拘", "久服", "常服", "悉皆", "皆治", "并皆", "但是", "不问", "无问", "大人", "小儿")
+_PEOPLE = re.compile(r"(?:男子|妇人|女人|女子|丈夫|小儿|大人|老人|室女|产妇|婴儿|男妇|老幼|童男|童女)+")
+_STOP = ("加", "宜服", "并宜", "服", "宜", "此方", "一切", "不拘", "久服", "常服", "悉皆", "皆治", "并皆", "但是", "不问", "无问", "大人", "小儿")
 
 
 def _treats(formula: Formula, clause: str) -> None:
@@ -182,7 +185,15 @@ def _treats(formula: Formula, clause: str) -> None:
     if re.search(r"[（(〔]", clause):
         clause = _PAREN.sub("", clause)
         clause = re.split(r"[（(]", clause)[0]  # an unclosed note (医方集解's commentary) ends the clause
-    for raw in re.split(r"[，、；。,;]", clause):
+    if clause.startswith(("因", "由")):
+        return  # 治因雨露所袭，或坐卧湿地…: the causes, not the illness
+    pieces: list[str] = []
+    for segment in re.split(r"[，；。,;]", clause):
+        items = segment.split("、")
+        if any(re.search(rf"等分|[一二三四五六七八九十半][{_DOSE_UNIT}]", it) for it in items):
+            break  # 水龙骨、白藓皮、黄柏各一钱: the ingredients, not the illnesses
+        pieces += items
+    for raw in pieces:
         piece = raw.strip()
         if not piece:
             continue
@@ -190,6 +201,8 @@ def _treats(formula: Formula, clause: str) -> None:
             continue  # a character was lost here (疳痢湿 ,  癖坚积): not a name
         if piece.startswith(_STOP):
             break
+        if _PEOPLE.fullmatch(piece):
+            continue  # 治男子、妇人上热下虚之疾: who, not what
         for _ in range(2):  # 及主客忤 → 客忤
             for conj in _LEAD_CONJ:
                 if piece.startswith(conj) and len(piece) > len(conj) + 1:
@@ -254,14 +267,17 @@ def _body(formula: Formula, paras: list[tuple[int, str]], treats_clause: str | N
 # 宜服此方 / 又方 start an unnamed entry (a boundary only: its ingredients belong to no named formula)
 _MARKERS = re.compile(rf"【([^】]{{1,12}})】|(?:^|\n|。)([\u4e00-\u9fff]{{1,10}}?{_SUFFIX})方(?:[∶:]|(?=\n|$))"
                       rf"|宜服([\u4e00-\u9fff]{{1,10}}?{_SUFFIX})(?=方|[。，]|$)方?[。，]?|(宜服此方|又方|一方)"
-                      rf"|(?:[，。]|^)([\u4e00-\u9fff]{{1,10}}?{_SUFFIX})主之。方[一二三四五六七八九十]+。")
+                      rf"|(?:[，。]|^)([\u4e00-\u9fff]{{1,10}}?{_SUFFIX})主之。方[一二三四五六七八九十]+。"
+                      rf"|(?<=。)([\u4e00-\u9fff]{{1,10}}?{_SUFFIX})方(?=。)")
 
 
 def _split(text: str, title: str) -> list[tuple[str | None, int, int, int, str | None]]:
     """(name or None, span start, body start, end, 治 clause of a 宜服 sentence) per entry of a section."""
     starts: list[tuple[int, int, str | None, str | None]] = []  # (span start, body start, name, clause)
     for m in _MARKERS.finditer(text):
-        if m.group(4):
+        if m.group(4) or m.group(6):
+            # 宜服此方 / 又方, or 圣惠方's …人参散方。 without 宜服: an entry starts whose 治 clause is not read
+            # here (where it starts is not sure), so only the entry before ends
             starts.append((m.start(), m.end(), None, None))
             continue
         name = m.group(1) or m.group(2) or m.group(3) or m.group(5)
@@ -283,6 +299,9 @@ def _split(text: str, title: str) -> list[tuple[str | None, int, int, int, str |
             # 宜服X方: the indications are the 治… sentences just before it, from the last sentence that opens with 治
             lo = max(0, m.start() - 200, starts[-1][1] if starts else 0)
             before = text[lo: m.start()]
+            if before.endswith(("服后", "服之后")):
+                starts.append((m.start(), m.end(), name, None))  # 服后宜服启脾散: what it follows, not what it treats
+                continue
             k = max(before.rfind("。治"), before.rfind("\n治"))
             k = k + 1 if k >= 0 else (0 if before.startswith("治") else -1)
             if k >= 0:

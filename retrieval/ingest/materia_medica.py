@@ -79,7 +79,7 @@ FAMILIES = {"has_flavour": "flavour_nature", "has_nature": "flavour_nature", "to
             "enters_meridian": "meridian", "treats": "treats", "has_effect": "effect"}
 
 # Titles that are never a substance entry.
-_NOT_ENTRY_TITLE = re.compile(r"序|论|篇|第|卷|凡例|目录|附录|总|诸|类$|品$|法$|门$|经$|部$|方$|汤$|散$|丸$|歌|赋|说|辨|解$|考|例|图|表"
+_NOT_ENTRY_TITLE = re.compile(r"^五脏|^六腑|序|论|篇|第|卷|凡例|目录|附录|总|诸|类$|品$|法$|门$|经$|部$|方$|汤$|散$|丸$|歌|赋|说|辨|解$|考|例|图|表"
                               r"|之[一二三四五六七八九十]|^[治主]|科|用药|[上中下]$")
 # Tonic/regulating verbs: the phrase is an effect, kept whole.
 _EFFECT_PREFIXES = ("安", "养", "益", "补", "通", "和", "利", "明", "轻身", "长", "强", "坚", "填", "壮", "润", "悦", "美", "好",
@@ -91,23 +91,25 @@ _EFFECT_PREFIXES = ("安", "养", "益", "补", "通", "和", "利", "明", "轻
 _WHOLE_INDICATIONS = ("消渴", "温疟", "温病", "温毒", "坚积", "下血", "下痢", "下利", "下重", "发热", "发黄", "发狂", "发背", "清盲",
                       "坚满", "坚痛", "坚硬", "好唾", "好睡", "好眠", "好忘", "好怒", "好惊", "好卧", "好悲",
                       "泻痢", "泻泄", "清涕", "清谷", "固瘕", "通身", "黑疸", "黑子", "长虫", "收引", "坚瘕", "坚症", "化脓",
-                      "行步", "发落", "发秃", "暖气", "坚气", "泻利", "泻血", "出血", "泄泻", "泄痢", "泄利", "泄精", "泄注", "泄澼")
+                      "行步", "发落", "发秃", "暖气", "坚气", "泻利", "泻血", "出血", "泄泻", "泄痢", "泄利", "泄精", "泄注", "泄澼", "破伤风")
 # Removal verbs: the object is the indication (除烦 → 烦).
 _REMOVAL = ("除", "止", "去", "杀", "治", "疗", "解", "破", "散", "逐", "辟", "消", "住")
 # One-character objects of 去 that are parts cut off in processing (去芦, 去皮, 去心): an instruction, not an effect
 _PART_REMOVED = set("芦皮心毛节核子足翅头尾土粗白瓤壳油苗须膜筋根")
 # One-character objects that are indications (止渴 → 渴); other one-character objects (消谷, 逐水) keep the phrase as an effect.
-_ONE_CHAR_SYMPTOMS = set("渴烦痛痢泄咳嗽喘呕吐疟痹疝肿汗痒疮癣胀满闷悸热寒风痰湿")
+_ONE_CHAR_SYMPTOMS = set("渴烦痛痢泄咳嗽喘呕吐疟痹疝肿汗痒疮癣胀满闷悸热寒风痰湿聋")
 # A piece with these is prose, not a name of an indication or effect.
-_PROSE = re.compile(r"[如若者之其也以而则可不勿忌能所为与及又云曰是此乃即或但凡每皆亦矣焉乎人仍用宜得同须当合于故误并非因致犹□]|^恐|^名|名[曰为]|一应|已(?:退|愈|止|除|平|安)|无度$|^牵引|^由|^上攻|^攻|^有|仙药|灵丹|要药|圣药|神药|良药|[0-9０-９]|(?<![宿伤停积])食$|^[食多]"
+_PROSE = re.compile(r"[如若者之其也以而则可不勿忌能所为与及又云曰是此乃即或但凡每皆亦矣焉乎人仍用宜得同须当合于故误并非因致犹呼医尺□]|^恐|(?<!无)名|一应|许$|无问|不问|自死|^加|^[一二三四五六七八九十百]+种|传$|^堪|已(?:退|愈|止|除|平|安)|无度$|^牵引|^由|^上攻|^攻|^有|仙药|灵丹|要药|圣药|神药|良药|[0-9０-９]|(?<![宿伤停积])食$|^[食多]"
                     r"|(?:蒸|煮|炒|炙|捣|研|煎|熬|浸|渍|烧|焙|晒|曝|拌|绞)(?:过|熟|令|末|汁|服|之)|过$|^生|^熟")
 # A removal verb inside an indication means two clauses ran together (破症除瘕, 熨除痈肿).
-_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟养益补化宽清收排]|生津|生肌|明目")
+_INNER_VERB = re.compile(r"[除止去杀治疗解破散逐辟养益补化宽清收排堕]|生津|生肌|明目")
+# A verb that makes the piece an action on the body (缩小便, 抑肝气, 断血, 接骨, 肥健, 压丹石), not a disorder
+_ACTION = re.compile(r"^(?:缩|抑|建|断(?!续)|接|压|肥健)")
 # A piece that tells how to use the drug (煮汁服, 烧灰, 酒服方寸匕, 捣敷): the rest of the sentence is method
 _METHOD_PIECE = re.compile(r"^(?:捣|取|服|煮|研|敷|涂|摩|洗|浴|滴|点|含|嚼|熏|灸|烧|熨|贴|煎|作|同|入|生研|熟|以|用|为末|每)"
                            r"|取汁|服之|水服|酒服|煮汁|为末|为粉|方寸匕|立已|立愈|即愈|即瘥|神验|神效|良$|佳$|验$|瘥$|愈$|效$"
                            r"|服$|灰$|煎汤|汁服|末服|研服|调服|饮之|食之|敷之|涂之|洗之|贴之|切|炒|磨|(?:晒|曝|阴|焙|烘|风)干"
-                           r"|立消|立效|如神|神妙|甚效|甚妙|极效")
+                           r"|立消|立效|如神|神妙|甚效|甚妙|极效|熨|杵|纳|刮|灌|掰|敷|等分|[一二三四五六七八九十半][斤两钱分升合]")
 _PROSE_EFFECT = re.compile(r"[如若者其也以而则可勿忌所与又云曰是此乃即或但凡每皆亦矣焉乎用得同须当名□]|[0-9０-９]"
                            r"|(?:蒸|煮|炒|炙|捣|研|煎|熬|浸|渍|烧|焙|晒|曝|拌|绞)(?:过|熟|令|末|汁|服|之)|过$")
 # 和 opens an effect only with what it harmonises (和中, 和胃); 和蚌粉 / 和诸药 is a method (mix with …)
@@ -177,7 +179,7 @@ class Entry:
 
     def alias(self, name: str) -> None:
         name = repair_name(re.sub(r"(?<=..)也$", "", name))  # 一名戴星草也 → 戴星草
-        if re.search(r"[名音者是故之]", name):
+        if re.search(r"[名音者是故之、\s]", name):
             return  # a note, not a name: 根名鸢头, 赤者名绛矾, 射音夜, 故得名也
         if name and name != self.name and name not in self.aliases:
             self.aliases.append(name)
@@ -231,8 +233,8 @@ def clean_title(title: str) -> tuple[str, list[str], str | None] | None:
     name = re.sub(r"（[^（）]*）", "", t).strip()
     if "一名" in name:
         name, _, more = name.partition("一名")
-        aliases += [a for a in re.split(r"[，、]?一名", more) if a]
-    name = re.sub(r"(?<=[\u4e00-\u9fff]{2})[一二三四五六七八九十百零]*[十百][一二三四五六七八九十百零]*$", "", name)
+        aliases += [a for a in re.split(r"[，]?一名", more) if a and "、" not in a]  # 白芝一名玉芝、素芝: not one name
+    name = re.sub(r"(?<=[\u4e00-\u9fff])[一二三四五六七八九十百零]*[十百][一二三四五六七八九十百零]*$", "", name)  # 碱四百十八 → 碱
     if not re.fullmatch(r"[\u4e00-\u9fff]{1,8}", name) or _NOT_ENTRY_TITLE.search(name):
         return None
     return name, [a for a in aliases if a != name], nature
@@ -262,7 +264,7 @@ def _pieces(clause: str) -> list[str]:
 def _ends_clause(piece: str) -> bool:
     """Pieces after which the clause is no longer about indications: habitat, synonyms, warnings."""
     return piece.startswith(("多食", "久食", "一名", "又名", "宜", "同", "得", "配", "用", "以")) \
-        or re.search(r"不可|勿|忌|慎", piece) is not None or _HABITAT.fullmatch(piece) is not None
+        or re.search(r"不可|勿|忌|慎|禁", piece) is not None or _HABITAT.fullmatch(piece) is not None
 
 
 def classify_piece(piece: str) -> tuple[str, str] | None:
@@ -278,11 +280,15 @@ def classify_piece(piece: str) -> tuple[str, str] | None:
         return ("has_effect", piece[1:]) if c is not None and c[0] == "has_effect" else None
     if piece.startswith(_WHOLE_INDICATIONS):
         return None if _PROSE.search(piece) or _INNER_VERB.search(piece[2:]) else ("treats", piece)
+    if piece.startswith("愈") and len(piece) > 1:  # 愈聋 (cures deafness) → 聋
+        obj = piece[1:]
+        bad = _PROSE.search(obj) or _INNER_VERB.search(obj) or _NOT_FACT.search(obj)
+        return None if bad or (len(obj) == 1 and obj not in _ONE_CHAR_SYMPTOMS) else ("treats", obj)
     for verb in _REMOVAL:
         if piece.startswith(verb) and len(piece) > len(verb):
             obj = piece[len(verb):]
-            if _PROSE.search(obj) or _INNER_VERB.search(obj):
-                return None
+            if _PROSE.search(obj) or _INNER_VERB.search(obj) or _NOT_FACT.search(obj):
+                return None  # 去皮肤（、骨节间风）: a body part alone is where, not what
             if len(obj) == 1 and obj not in _ONE_CHAR_SYMPTOMS:
                 return None if verb in ("治", "疗", "住") or obj in _PART_REMOVED else ("has_effect", piece)
             return ("treats", obj)
@@ -290,7 +296,7 @@ def classify_piece(piece: str) -> tuple[str, str] | None:
         if len(piece) < 2 or _PROSE_EFFECT.search(piece[1:]) or _MIX.match(piece) or re.fullmatch(r".[大小]", piece):
             return None  # 通大 (cut off from 通大、小二肠), 和蚌粉 (a method)
         return ("has_effect", piece)
-    if len(piece) < 2 or _PROSE.search(piece) or _INNER_VERB.search(piece):
+    if len(piece) < 2 or _PROSE.search(piece) or _INNER_VERB.search(piece) or _ACTION.match(piece):
         return None
     return ("treats", piece)
 
@@ -538,6 +544,8 @@ def _parse_fields(entry: Entry, paras: list[str]) -> bool:
     found = False
     parts = 0
     for p in paras:
+        if found and re.fullmatch(r"[\u4e00-\u9fff]{2,6}", p.strip()):
+            return found  # 五色石英 on its own line, then its 【主治】: a related item after the entry's fields
         if re.fullmatch(r"【[^】]{1,8}】", p.strip()) and p.strip()[1:-1] not in _FIELD_NAMES:
             parts += 1  # a part on its own line (the books' \x根\x)
             if parts > 1 or found or not _PART_WORDS.match(p.strip()[1:-1]):
@@ -569,6 +577,8 @@ def _parse_fields(entry: Entry, paras: list[str]) -> bool:
                 _meridian_facts(entry, own)
             elif label == "释名":
                 for a in re.split(r"[、，]", _PAREN.sub("", own.split("。")[0])):
+                    if a != a.strip() and a.strip():
+                        continue  # 、 铁石: a space where a character was lost (熁铁石)
                     if re.fullmatch(r"[\u4e00-\u9fff]{2,5}", a.strip()) and a.strip() not in ("未详", "不详", "阙", "缺"):
                         entry.alias(a.strip())
     return found
@@ -589,10 +599,14 @@ def _opening(entry: Entry, main: str, title_nature: str | None) -> bool:
         entry.attr("nature", title_nature)
     rest = main_clean[consumed:]
     first = True
+    alternative = False
     for s in _sentences(rest):
         s = s.strip()
-        if _SUB_ITEM.match(s):
-            break  # 茯神，味甘，平。…: a related drug described after the entry
+        if _SUB_ITEM.match(s) or re.match(r"^[\u4e00-\u9fff]{1,6}[∶:]", s):
+            break  # 茯神，味甘，平。… / 其茎葱白∶平。…: a related drug or a part described after the entry
+        after_alternative, alternative = alternative, s.startswith(("一云", "一曰", "或云", "一作"))
+        if after_alternative and TOX_RE.match(s.rstrip("。")):
+            continue  # 无毒。一云味辛。有毒。: another book's opinion
         if TOX_RE.match(s.rstrip("。")):
             tox = s.rstrip("。")
             entry.add("toxicity", tox, "toxicity", tox)
