@@ -32,7 +32,7 @@ def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]], n
 def link(
     mention: Optional[str] = typer.Argument(None, help="The mention to link (or use --input)."),
     graph: Path = GRAPH,
-    input: Optional[Path] = typer.Option(None, "--input", "-i", help="JSONL with at least `id` and `mention` per line."),
+    input: Optional[Path] = typer.Option(None, "--input", "-i", help="JSONL with at least `id` and `mention` per line; an optional `context` (the sentence or dish the mention occurs in) helps choose among equally good candidates."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="JSONL output (resumable: ids already there are skipped)."),
     config: Optional[Path] = CONFIG,
     set_: Optional[list[str]] = SET,
@@ -58,6 +58,8 @@ def link(
     for lineno, rec in iter_jsonl(input, required=("id", "mention")):
         if not isinstance(rec["mention"], str):
             raise InputError(input, "'mention' must be a string", record=f"line {lineno}")
+        if rec.get("context") is not None and not isinstance(rec["context"], str):
+            raise InputError(input, "'context' must be a string", record=f"line {lineno}")
         if len(rec["mention"]) > cfg.linking.max_mention_chars:
             raise InputError(input, f"mention is {len(rec['mention']):,} characters, over the {cfg.linking.max_mention_chars}-character limit",
                              record=f"line {lineno}")
@@ -67,7 +69,7 @@ def link(
         for rec in records:
             if str(rec["id"]) in out.done_ids:
                 continue
-            r = linker.link(rec["mention"])
+            r = linker.link(rec["mention"], context=rec.get("context"))
             row = dict(rec)
             row.update({"chosen_id": r.chosen_id, "label": r.label, "confidence": r.confidence, "rationale": r.rationale,
                         "candidates": r.candidates, "retried": r.retried, "abstained": r.abstained})

@@ -204,13 +204,15 @@ class EntityLinker:
         self._dense_rows: tuple[Any, dict[str, int]] | None = None  # (dense index, entity id → row)
 
     # ------------------------------------------------------------------ public
-    def link(self, mention: str) -> LinkResult:
+    def link(self, mention: str, context: str | None = None) -> LinkResult:
+        """Link ``mention``; ``context`` (the sentence or dish it occurs in) reorders the candidates of a
+        tier by their dense cosine to "mention — context" instead of to the mention alone."""
         if not isinstance(mention, str) or not mention.strip():
             raise BencaoError("mention is empty")
         if len(mention) > self.cfg.max_mention_chars:
             raise BencaoError(f"mention is {len(mention):,} characters, over the {self.cfg.max_mention_chars}-character limit (linking.max_mention_chars)")
         mention = mention.strip()
-        cands = self._candidates(mention)
+        cands = self._candidates(mention, context=context)
         choice = SELECTORS[self.cfg.selector](self, mention, cands)
         retried = False
         if (choice is None or choice["confidence"] < self.cfg.tau) and self.cfg.retry:
@@ -235,7 +237,7 @@ class EntityLinker:
         return LinkResult(mention, choice["id"], ent.get("name"), round(choice["confidence"], 4), choice["rationale"], report, retried, False, ent.get("type"))
 
     # ------------------------------------------------------------------ candidates
-    def _candidates(self, mention: str, lexical: bool = True) -> list[dict[str, Any]]:
+    def _candidates(self, mention: str, lexical: bool = True, context: str | None = None) -> list[dict[str, Any]]:
         key = norm_key(mention)
         m_toks = self.tables.base_tokens(mention, keep_parens=True)
         m_set = set(m_toks)
@@ -274,6 +276,8 @@ class EntityLinker:
                 c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
         if lexical and self.indexes is not None:
             self._fill_cosines(mention, pool)
+            if context and context.strip():
+                self._fill_cosines(f"{mention} — {context.strip()}", pool, key="context", every=True)
         if self.cfg.types:
             ents = self.g.get_entities(pool)
             pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
@@ -296,13 +300,14 @@ class EntityLinker:
             c["grouping"] = self._grouping(label)
         return self._order(list(pool.values()))
 
-    def _fill_cosines(self, mention: str, pool: dict[str, dict[str, Any]]) -> None:
+    def _fill_cosines(self, mention: str, pool: dict[str, dict[str, Any]], key: str = "dense", every: bool = False) -> None:
         """The cosine of every candidate that the dense top-k missed, read from its stored vector.
 
         Candidates are ordered by cosine inside a tier; one found only by the alias tables or BM25
-        would otherwise count as cosine 0 merely because it fell outside ``k_dense``.
+        would otherwise count as cosine 0 merely because it fell outside ``k_dense``. With ``every``
+        each candidate gets the cosine to ``mention`` (e.g. mention + context) under ``key``.
         """
-        missing = [eid for eid, c in pool.items() if c["dense"] is None]
+        missing = [eid for eid, c in pool.items() if every or c.get(key) is None]
         if not missing or not self.indexes.can_embed(mention):
             return
         idx = self.indexes.dense("entities")
@@ -320,7 +325,7 @@ class EntityLinker:
             return
         q = self.indexes.embed_queries([mention])[0]
         for (eid, _), s in zip(have, vecs @ q):
-            pool[eid]["dense"] = round(float(s), 4)
+            pool[eid][key] = round(float(s), 4)
 
     def _state_form(self, m_toks: list[str], label: str) -> bool:
         """Is ``label`` the mention plus only default-state qualifiers ('onion (whole, raw)', 'pineapple (raw)')?"""
@@ -345,7 +350,7 @@ class EntityLinker:
             # ties); a name spelt exactly as the mention (case included); the better-established concept
             # (more names); fused rank.
             return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
-                    -round(c["dense"], 2) if c["dense"] is not None else 0.0, not c.get("verbatim"),
+                    -round(c.get("context", c["dense"]), 2) if c.get("context", c["dense"]) is not None else 0.0, not c.get("verbatim"),
                     -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
@@ -415,8 +420,11 @@ class EntityLinker:
 
     def _report(self, c: dict[str, Any]) -> dict[str, Any]:
         name = (self.tables.names.get(c["id"]) or [None])[0]
-        return {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
-                "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+        out = {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
+               "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+        if "context" in c:
+            out["context"] = c["context"]  # cosine to "mention — context"
+        return out
 
 
 # ---------------------------------------------------------------------- selectors
