@@ -62,6 +62,9 @@ def build_messages(rec: dict[str, Any], evidence: str | None = None) -> list[dic
     elif task == "tf":
         parts.append(("判断下列说法是否正确：" if zh else "Is this statement true or false? ") + rec["statement"])
         parts.append("最后一行写“答案：正确”或“答案：错误”。" if zh else "End with a line 'Answer: true' or 'Answer: false'.")
+    elif task == "rec" and "candidates" not in rec:  # open-ended: a free answer; the runner links the foods in it
+        parts.append((f"针对“{rec['query']}”，推荐适宜的食物或食疗方，并简要说明理由。" if zh else
+                      f"For '{rec['query']}', recommend suitable foods or dishes and briefly say why."))
     elif task == "rec":
         cands = "、".join(rec["candidates"]) if zh else ", ".join(rec["candidates"])
         parts.append((f"针对“{rec['query']}”，从下列候选中选出适宜的项目：{cands}" if zh else
@@ -152,6 +155,9 @@ def parse_reply(rec: dict[str, Any], reply: str) -> dict[str, Any]:
     if task == "tf":
         ans = parse_tf(reply)
         return {"answer": ans, "abstained": ans is None}
+    if task == "rec" and "candidates" not in rec:
+        text = clean_reply(reply)
+        return {"text": text, "abstained": not text}
     if task == "rec":
         items = parse_items(reply, rec["candidates"])
         return {"ranking": items, "selected": items, "abstained": False}

@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 from bencao.config import field
 from bencao.errors import BencaoError
+from bencao.evaluation.annotate import OpenRecConfig
+from bencao.evaluation.context_metrics import JudgeConfig
 from bencao.llm.base import LLMConfig
 
 
@@ -50,6 +52,8 @@ class EvalConfig:
     seed: int = field(0, help="Seed of the random baseline and of the bootstrap resampling.")
     n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
     llm: LLMConfig = field(default_factory=LLMConfig, help="llm system: the LLM client (backend, model, base_url, temperature, cache, ...); cache defaults to <out>/llm_cache.sqlite.")
+    judge: JudgeConfig = field(default_factory=JudgeConfig, help="LLM judge of the context metrics (RAGAS-style); off by default, the lexical variant always runs.")
+    open_rec: OpenRecConfig = field(default_factory=OpenRecConfig, help="Open-ended rec (no candidates): which linked entity types count as recommended foods.")
 
 
 @dataclass
@@ -164,6 +168,8 @@ class RandomSystem:
             return Output({"answer": ranking[:len(rec["answer"]) if task == "mcq" else 1], "ranking": ranking, "abstained": False})
         if task == "tf":
             return Output({"answer": rng.random() < 0.5, "abstained": False})
+        if "candidates" not in rec:  # open-ended rec: no list to draw from, so no answer
+            return Output({"text": "", "abstained": True})
         ranking = list(rec["candidates"])
         rng.shuffle(ranking)
         return Output({"ranking": ranking, "selected": ranking[: (len(ranking) + 1) // 2], "abstained": False})
@@ -196,7 +202,7 @@ class _GraphSystem:
         return self.retriever.linker
 
     def link(self, rec: dict[str, Any]) -> Output:
-        res = self.linker.link(rec["mention"])
+        res = self.linker.link(rec["mention"], context=rec.get("context"))
         cands = []
         for c in list(getattr(res, "candidates", None) or [])[:10]:
             cid = c.get("id") if isinstance(c, dict) else getattr(c, "id", c)
@@ -236,6 +242,9 @@ class GraphAnswererSystem(_GraphSystem):
         elif task == "tf":
             res = self.answerer.answer_tf(rec["statement"])
             pred = {"answer": res.get("answer"), "score": res.get("score"), "abstained": bool(res.get("abstained"))}
+        elif "candidates" not in rec:  # open-ended rec: a free answer; the runner links the foods in it
+            res = self.answerer.answer(rec["query"])
+            pred = {"text": res.get("answer") or "", "abstained": bool(res.get("abstained"))}
         else:
             res = self.answerer.rank_candidates(rec["query"], rec["candidates"])
             pred = {"ranking": list(res.get("ranking") or []), "scores": res.get("scores"),
@@ -258,7 +267,7 @@ class RetrievalSystem(_GraphSystem):
         if rec["task"] == "el":
             return self.link(rec)
         options = list(rec["options"].values()) if rec["task"] in ("mcq", "sd") else (
-            list(rec["candidates"]) if rec["task"] == "rec" else None)
+            list(rec.get("candidates") or []) if rec["task"] == "rec" else None)
         ev = self.retriever.retrieve(query_text(rec), options=options)
         return Output(None, evidence_ids(ev), evidence_text(ev))
 
@@ -298,7 +307,7 @@ class LLMSystem(_GraphSystem):
             ev = None
             if not self.closed_book:
                 options = list(rec["options"].values()) if rec["task"] in ("mcq", "sd") else (
-                    list(rec["candidates"]) if rec["task"] == "rec" else None)
+                    list(rec.get("candidates") or []) if rec["task"] == "rec" else None)
                 ev = self.retriever.retrieve(query_text(rec), options=options)
             evidences.append(ev)
             text = evidence_text(ev)[: self.config.evidence_max_chars] if ev is not None else None
