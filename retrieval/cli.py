@@ -235,3 +235,8 @@ graph_app.command("complete")(_cli_confidence.complete)
 from bencao.retrieval.graph.export_neo4j import export_command as _export_command  # noqa: E402
 
 graph_app.command("export")(_export_command)
+
+from bencao.retrieval import cli_cases as _cli_cases  # noqa: E402
+
+graph_app.add_typer(_cli_cases.cases_app, name="cases")
+graph_app.command("link-layers")(_cli_cases.link_layers_command)

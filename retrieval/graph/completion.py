@@ -53,7 +53,8 @@ class CompleteConfig:
                                     help="Closed-world relations: their sources list them completely (a recipe's ingredients, a catalogue's members), so an absent triple is false. Never completed; naming one in `relations` is an error.")
     skip_curated_relations: bool = field(True, help="Skip each (relation, head type) whose every observed triple comes from curated rows (curated_kinds) or closed-world formats (closed_formats): ontology is_a, a recipe dish's treats. Those lists are authoritative, not incomplete extractions.")
     curated_kinds: list[str] = field(default_factory=lambda: ["record"], help="triple_sources.kind values that count as curated.")
-    closed_formats: list[str] = field(default_factory=lambda: ["recipes-jsonl", "catalog-csv", "foodon-jsonl", "ontology-json", "obo", "owl", "skos"],
+    closed_formats: list[str] = field(default_factory=lambda: ["recipes-jsonl", "catalog-csv", "foodon-jsonl", "ontology-json", "obo", "owl", "skos",
+                                                             "cases-jsonl", "cases-csv", "disease-tree", "case-classification"],
                                       help="Document formats whose records state a head's facts completely (recipes, catalogues, ontologies).")
     min_precision: float = field(0.5, help="Complete only relations whose held-out precision at `threshold` (from `bencao graph complete --evaluate`) reaches this; 0 = complete without an evaluation.")
     min_evaluated: int = field(5, help="A relation's held-out precision counts only when the evaluation proposed at least this many of its triples.")

@@ -119,7 +119,7 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
 
 def _title_of(path: Path) -> str:
     name = path.name
-    for suf in (".gz", ".jsonl", ".json", ".txt", ".md", ".csv", ".obo", ".owl", ".ttl", ".rdf", ".jsonld"):
+    for suf in (".gz", ".jsonl", ".json", ".txt", ".md", ".csv", ".obo", ".owl", ".ttl", ".rdf", ".jsonld", ".yaml", ".yml"):
         if name.endswith(suf):
             name = name[: -len(suf)]
     return name
