@@ -184,7 +184,7 @@ def link_layers_command(
         with con.status(f"linking {source} → {target} ..."):
             report = link_layers(g, ix, source_layer=source, target_layer=target, delta=delta)
     typer.echo(f"{report['links']} links {source} → {target} (δ={delta}) with {report['embedder']}: "
-               f"{report['source']} source and {report['target']} target entities embedded"
+               f"{report['source']} source and {report['target']} target entities readable by the embedder"
                + (f"; document {report['document']}" if report["document"] else ""))
     for side, layer in (("source", source), ("target", target)):
         if report[f"{side}_unreadable"]:

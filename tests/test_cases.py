@@ -260,7 +260,7 @@ def test_cli_cases_and_link_layers(tmp_path, capsys):
     assert "no index" in capsys.readouterr().err
     assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--set", "index.dense_kinds=[]"]) == 0
     out = capsys.readouterr().out
-    assert "0 links book → case" in out and "cannot read" in out and "multilingual" in out
+    assert "0 links book → case" in out and "readable by the embedder" in out and "cannot read" in out and "multilingual" in out
 
 
 def test_retriever_adds_the_case_therapy_with_one_call(case_graph):
