@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import BencaoError
-from bencao.evaluation.annotate import Annotator
+from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
 from bencao.evaluation.metrics import aggregate, evidence_contains_gold
 from bencao.evaluation.systems import EvalConfig, make_system
@@ -81,6 +81,8 @@ def run_predictions(
     if system is None:
         system = make_system(system_name, graph_path, config, tasks, out)
     counts = {"done": 0, "new": 0, "failed": 0}
+    if graph_path is None and any(is_open_rec(r) for b in benches for r in b.records):
+        raise BencaoError("open-ended rec records (no candidates) need --graph DIR: the foods in a free answer are linked to the graph")
     annotator = Annotator(graph_path, config, out)
     with JsonlAppender(out / PREDICTIONS, id_key="key") as app:
         todo: list[tuple[Bench, dict[str, Any]]] = []

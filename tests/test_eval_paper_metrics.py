@@ -159,3 +159,11 @@ def test_eval_end_to_end_open_rec_context_metrics_and_judge(recipe_graph, tmp_pa
     assert m2["herb_mcq"]["judge_context_precision"] == 1.0 and m2["herb_mcq"]["judge_context_entity_recall"] == 0.5
     assert (tmp_path / "judged" / "judge_cache.sqlite").exists()
     assert "judge_context_precision" in (tmp_path / "judged" / "report.md").read_text(encoding="utf-8")
+
+
+def test_open_rec_without_a_graph_is_refused_before_anything_runs(tmp_path, capsys):
+    path = tmp_path / "open.jsonl"
+    path.write_text(json.dumps({"id": "o", "task": "rec", "query": "脾虚", "gold": ["山药"]}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert main(["eval", "-b", str(path), "--system", "random", "--out", str(tmp_path / "out")]) == 2
+    assert "need --graph DIR" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "predictions.jsonl").exists() or not (tmp_path / "out" / "predictions.jsonl").read_text()
