@@ -205,8 +205,10 @@ class EntityLinker:
 
     # ------------------------------------------------------------------ public
     def link(self, mention: str, context: str | None = None) -> LinkResult:
-        """Link ``mention``; ``context`` (the sentence or dish it occurs in) reorders the candidates of a
-        tier by their dense cosine to "mention — context" instead of to the mention alone."""
+        """Link ``mention``; ``context`` (the sentence or dish it occurs in) decides between candidates
+        that carry the same name (FoodOn's two "honey", three "sugar"): inside such a group, within a
+        tier, the one closest by dense cosine to "mention — context" comes first. Candidates with
+        different names keep their order."""
         if not isinstance(mention, str) or not mention.strip():
             raise BencaoError("mention is empty")
         if len(mention) > self.cfg.max_mention_chars:
@@ -277,7 +279,7 @@ class EntityLinker:
         if lexical and self.indexes is not None:
             self._fill_cosines(mention, pool)
             if context and context.strip():
-                self._fill_cosines(f"{mention} — {context.strip()}", pool, key="context", every=True)
+                self._context_cosines(mention, context.strip(), pool)
         if self.cfg.types:
             ents = self.g.get_entities(pool)
             pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
@@ -327,6 +329,22 @@ class EntityLinker:
         for (eid, _), s in zip(have, vecs @ q):
             pool[eid][key] = round(float(s), 4)
 
+    def _context_cosines(self, mention: str, context: str, pool: dict[str, dict[str, Any]]) -> None:
+        """For candidates sharing a name: their cosine to "mention — context" (``context``) and the best
+        mention cosine of their name group (``group_dense``), which places the group as a whole."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for c in pool.values():
+            groups.setdefault(norm_key(self.tables.labels.get(c["id"], "")), []).append(c)
+        dups = {c["id"]: c for key, cs in groups.items() if key and len(cs) > 1 for c in cs}
+        if not dups:
+            return
+        self._fill_cosines(f"{mention} — {context}", dups, key="context", every=True)
+        for key, cs in groups.items():
+            if key and len(cs) > 1:
+                best = max((c["dense"] for c in cs if c["dense"] is not None), default=None)
+                for c in cs:
+                    c["group_dense"] = best
+
     def _state_form(self, m_toks: list[str], label: str) -> bool:
         """Is ``label`` the mention plus only default-state qualifiers ('onion (whole, raw)', 'pineapple (raw)')?"""
         quals = [m.group(0)[1:-1] for m in _PAREN.finditer(label)]
@@ -350,7 +368,8 @@ class EntityLinker:
             # ties); a name spelt exactly as the mention (case included); the better-established concept
             # (more names); fused rank.
             return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
-                    -round(c.get("context", c["dense"]), 2) if c.get("context", c["dense"]) is not None else 0.0, not c.get("verbatim"),
+                    -round(c.get("group_dense", c["dense"]), 2) if c.get("group_dense", c["dense"]) is not None else 0.0,
+                    -(c.get("context") or 0.0), not c.get("verbatim"),
                     -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
