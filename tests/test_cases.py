@@ -291,3 +291,20 @@ def test_disease_tree_csv_and_errors(tmp_path):
     with pytest.raises(BencaoError, match="no disease tree 'nope'"):
         disease_tree(g, "nope")
     g.close()
+
+
+def test_llm_classifier_chooses_the_leaf_and_the_rule_backs_it_up(case_graph):
+    prompts = []
+
+    def llm(prompt: str) -> str:
+        prompts.append(prompt)
+        leaves = [line for line in prompt.splitlines() if line[:1].isdigit()]
+        if "ex001" in prompt:
+            return "```json\n{\"choice\": %d}\n```" % next(i for i, x in enumerate(leaves) if x.endswith("/ 痔"))
+        return "I am not sure."  # unreadable: the rule decides
+
+    report = classify_cases(case_graph, None, CasesConfig(), llm=llm)
+    assert report["by_method"]["llm"] == 1 and report["by_method"]["lexical"] == 59
+    leaf = {t["head"]: t["attributes"]["level2"] for t in case_graph.iter_triples(relation="classified_as")}
+    assert leaf["病例 ex001"] == "痔" and leaf["病例 ex002"] == "消渴"
+    assert len(prompts) == 60 and "气血津液病类 / 消渴" in prompts[0]
