@@ -29,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-index", action="store_true", help="alias tables only (no BM25/dense candidates)")
     ap.add_argument("--build-foodon", action="store_true", help="build a FoodOn-only graph at --graph when missing")
     ap.add_argument("--errors", action="store_true", help="print the misses")
+    ap.add_argument("--context", default=None, help="context passed with every mention that has no `context` field of its own")
     args = ap.parse_args(argv)
 
     from bencao.io import iter_jsonl
@@ -57,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     halves = {0: [0, 0], 1: [0, 0]}
     t0 = time.time()
     for _, rec in iter_jsonl(args.data, required=("mention", "gold_ids")):
-        r = linker.link(rec["mention"])
+        r = linker.link(rec["mention"], context=rec.get("context") or args.context)
         n += 1
         ok = r.chosen_id in set(rec["gold_ids"])
         hits += ok
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     out = {"data": str(args.data), "n": n, "acc@1": round(hits / n, 4),
            **{f"acc@1_half{h}": round(k / max(m, 1), 4) for h, (k, m) in halves.items()},
            "abstention": round(abst / n, 4), "retry": round(retr / n, 4),
-           "index": not args.no_index, "tau": cfg.linking.tau, "ms_per_mention": round(1000 * dt / max(n, 1), 1)}
+           "index": not args.no_index, "context": args.context, "tau": cfg.linking.tau, "ms_per_mention": round(1000 * dt / max(n, 1), 1)}
     print(json.dumps(out, ensure_ascii=False))
     return 0
 

@@ -6,13 +6,19 @@ Every record has ``id`` (unique in its file), ``task`` and optionally ``lang`` a
 - ``mcq`` / ``sd``: ``question``, ``options`` (``{"A": "..."}``, letters A–Z), ``answer`` (list of
   option letters, one or more). ``sd`` (syndrome differentiation) is scored on the option ranking.
 - ``tf``: ``statement``, ``answer`` (true/false).
-- ``el``: ``mention``, ``gold_ids`` (non-empty list of ontology ids).
+- ``el``: ``mention``, ``gold_ids`` (non-empty list of ontology ids); optional ``context`` (string).
 - ``rec``: ``query``, ``candidates`` (non-empty list, no duplicates), ``gold`` (list of candidates,
-  may be empty).
-- ``qa``: ``question``, ``answer`` (reference text) — free text, scored with BLEU/chrF.
+  may be empty). Without ``candidates`` the record is open-ended (Yaoshi-RAG): ``gold`` lists the
+  foods a free-text answer should name.
+- ``qa``: ``question``, ``answer`` (reference text) — free text, scored with BLEU/chrF/GLEU.
 
-Other keys are kept as they are (e.g. ``tcm_disease``). A file with bad records is refused with one
-line naming the file, the first bad line and the problem, and how many other lines are bad.
+Any task may carry ``gold_evidence`` (non-empty strings: the passages a retriever should find),
+the reference of the context metrics. Other keys are kept as they are (e.g. ``tcm_disease``).
+
+Bad records are skipped and counted (``Bench.skipped``: line and problem of each), so one bad line
+does not cost a multi-thousand-record run; ``strict=True`` (``bencao eval --strict``) refuses the
+file instead, with one line naming it, the first bad line and the problem, and how many other
+lines are bad. A file with no good record is always refused.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Bench:
     name: str
     task: str
     records: list[dict[str, Any]] = field(default_factory=list)
+    skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, problem) of each bad record left out
 
     def __len__(self) -> int:
         return len(self.records)
@@ -95,10 +102,15 @@ def _check_tf(rec: dict[str, Any]) -> str | None:
 
 
 def _check_el(rec: dict[str, Any]) -> str | None:
-    return _text(rec, "mention") or _str_list(rec, "gold_ids")
+    problem = _text(rec, "mention") or _str_list(rec, "gold_ids")
+    if problem is None and "context" in rec and not isinstance(rec["context"], str):
+        return "'context' must be a string"
+    return problem
 
 
 def _check_rec(rec: dict[str, Any]) -> str | None:
+    if "candidates" not in rec:  # open-ended: gold names the foods a free answer should recommend
+        return _text(rec, "query") or _str_list(rec, "gold", allow_empty=True)
     problem = _text(rec, "query") or _str_list(rec, "candidates") or _str_list(rec, "gold", allow_empty=True)
     if problem:
         return problem
@@ -135,15 +147,20 @@ def check_record(rec: Any) -> str | None:
     for key in ("lang", "source"):
         if key in rec and not isinstance(rec[key], str):
             return f"record {rid!r}: {key!r} must be a string"
+    if "gold_evidence" in rec:
+        problem = _str_list(rec, "gold_evidence")
+        if problem:
+            return f"record {rid!r} ({task}): {problem}"
     problem = CHECKS[task](rec)
     return f"record {rid!r} ({task}): {problem}" if problem else None
 
 
-def load_bench(path: str | Path) -> Bench:
-    """Read and validate one benchmark file; raise :class:`InputError` naming the first bad line.
+def load_bench(path: str | Path, strict: bool = False) -> Bench:
+    """Read and validate one benchmark file; bad records are skipped (``Bench.skipped``), or with
+    ``strict`` refused with an :class:`InputError` naming the first bad line.
 
-    All records of a file must share one task (a file is one benchmark). ``source`` defaults to
-    the file stem; ``id`` is kept as a string.
+    All records of a file must share one task (a file is one benchmark: the first good record's).
+    ``source`` defaults to the file stem; ``id`` is kept as a string.
     """
     path = Path(path)
     name = path.name
@@ -178,22 +195,30 @@ def load_bench(path: str | Path) -> Bench:
         rec = dict(rec, id=rid)
         rec.setdefault("source", name)
         records.append(rec)
-    if bad:
+    if bad and (strict or not records):
         lineno, problem = bad[0]
         more = ""
         if len(bad) > 1:
             lines = ", ".join(str(n) for n, _ in bad[1:6]) + (", ..." if len(bad) > 6 else "")
             more = f" ({len(bad) - 1} more bad line(s): {lines})"
+        if not records and not strict:
+            more += "; no good record left"
         raise InputError(path, problem + more, record=f"line {lineno}")
     if not records:
         raise InputError(path, "empty benchmark: no records")
     assert task is not None
-    return Bench(path=path, name=name, task=task, records=records)
+    return Bench(path=path, name=name, task=task, records=records, skipped=bad)
 
 
-def load_benches(paths: list[str | Path]) -> list[Bench]:
+def skipped_summary(b: Bench, show: int = 3) -> str:
+    """One line about the bad records a non-strict load left out."""
+    lines = "; ".join(f"line {n}: {p}" for n, p in b.skipped[:show]) + ("; ..." if len(b.skipped) > show else "")
+    return f"{b.path}: skipped {len(b.skipped)} bad record(s) of {len(b.skipped) + len(b)} ({lines}); --strict refuses the file instead"
+
+
+def load_benches(paths: list[str | Path], strict: bool = False) -> list[Bench]:
     """Load several files; two files with the same stem would collide in the outputs and are refused."""
-    benches = [load_bench(p) for p in paths]
+    benches = [load_bench(p, strict=strict) for p in paths]
     names: dict[str, Path] = {}
     for b in benches:
         if b.name in names:

@@ -30,6 +30,7 @@ def eval_command(
     restart: bool = typer.Option(False, "--restart", help="Discard the predictions already in --out instead of resuming."),
     check: bool = typer.Option(False, "--check", help="Only validate the benchmark files and print their sizes."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    strict: bool = typer.Option(False, "--strict", help="Refuse a benchmark file with any bad record (default: skip bad records, report how many)."),
 ) -> None:
     """Evaluate the answering pipeline on benchmark files (resumable: rerun the same command to continue)."""
     from bencao.errors import BencaoError
@@ -37,7 +38,12 @@ def eval_command(
     from bencao.evaluation.systems import system_overrides
     from bencao.serving.cli import load_config
 
-    benches = load_benches(bench)
+    from bencao.evaluation.bench_format import skipped_summary
+
+    benches = load_benches(bench, strict=strict)
+    for b in benches:
+        if b.skipped:
+            typer.echo(f"warning: {skipped_summary(b)}", err=True)
     if check:
         for b in benches:
             sources = sorted({r.get("source", "") for r in b.records})

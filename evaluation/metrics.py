@@ -12,13 +12,25 @@ Definitions (also in the README):
 - ``tf`` ``accuracy``: predicted bool equals the gold; an abstention (``None``) is wrong.
 - ``el`` ``acc_at_1``: chosen id ∈ ``gold_ids``, abstentions counted wrong; ``abstain_rate``;
   ``retry_rate`` (the linker retried with generated synonyms); ``acc_at_1_answered``: accuracy
-  over the non-abstained records (absent when every record abstained).
+  over the non-abstained records (absent when every record abstained). FoodOntoRAG's pair:
+  ``acc_at_1_first_pass`` = correct without a retry (a first pass below τ is a miss), against
+  the final ``acc_at_1``; ``synonym_rate`` = share of records whose final link came from the
+  synonym retry (``via_synonym`` in the prediction, else a rationale starting "retry with").
 - ``rec`` ``hits_at_1``: the top-ranked candidate is gold (ties and abstention as for sd), averaged
   over records with a non-empty gold list; an abstention selects nothing; ``precision``/``recall``/``f1`` of the selected set against the gold
   set, micro-averaged over records (sums of true positives, selected and gold; 0 when a denominator
   is 0); ``*_macro``: per-record values averaged (per record: P = 0 when nothing is selected,
   R = 0 when the gold is empty, except both empty → P = R = F1 = 1).
-- ``qa`` ``bleu``/``chrf``: sacrebleu corpus scores (Chinese tokenisation for ``lang`` zh).
+- open-ended ``rec`` (no ``candidates``; Yaoshi-RAG): the free-text answer's foods, as the
+  runner links them (``items``: mentions → graph entities of the food types, plus gold names
+  written verbatim), are the ranked selection; an item is correct when its entity is the gold
+  name's entity or its name/mention has the gold name's matching key; ``hits_at_1`` = the first
+  item is gold; ``precision``/``recall``/``f1`` as above.
+- ``qa`` ``bleu``/``chrf``: sacrebleu corpus scores (Chinese tokenisation for ``lang`` zh);
+  ``gleu``: Google-BLEU (nltk ``corpus_gleu``, 1–4-grams, on sacrebleu's tokens), MLKG-RAG's metric.
+- ``context_precision``/``context_recall``/``context_entity_recall`` (and ``judge_*``), for any
+  task with a reference: see :mod:`bencao.evaluation.context_metrics`; means over the records
+  whose evidence the runner scored.
 - ``evidence_contains_gold``: share of records whose retrieved evidence mentions a gold option /
   gold candidate / the reference (after :func:`bencao.text.norm_key`), or, for ``tf``, covers at
   least half of the statement's content words. A retrieval-recall proxy; absent without retrieval.
@@ -127,14 +139,46 @@ def score_tf(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, floa
 def score_el(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, float]:
     abstained = _abstained(pred) or not pred.get("chosen_id")
     chosen = None if abstained else str(pred["chosen_id"])
+    retried = bool(pred and pred.get("retried"))
+    via = pred.get("via_synonym") if pred else None
+    if via is None:
+        via = retried and not abstained and str((pred or {}).get("rationale") or "").startswith("retry with")
+    correct = chosen in rec["gold_ids"]
     return {
-        "acc_at_1": float(chosen in rec["gold_ids"]),
+        "acc_at_1": float(correct),
+        "acc_first_pass": float(correct and not retried),
         "abstained": float(abstained),
-        "retried": float(bool(pred and pred.get("retried"))),
+        "retried": float(retried),
+        "via_synonym": float(bool(via)),
     }
 
 
+def open_rec_hits(rec: dict[str, Any], pred: dict[str, Any] | None) -> list[bool]:
+    """For each food the free-text answer names (``pred["items"]``, in order), is it a gold food?
+
+    A gold food is matched at most once: by entity id (``pred["gold_linked"]`` maps gold names to
+    the runner's link) or by matching key of the item's name or mention.
+    """
+    if _abstained(pred):
+        return []
+    gold = list(rec["gold"])
+    gold_ids = (pred or {}).get("gold_linked") or {}
+    keys = {g: norm_key(g) for g in gold}
+    taken: set[str] = set()
+    hits: list[bool] = []
+    for it in (pred or {}).get("items") or []:
+        names = {norm_key(str(it.get(k) or "")) for k in ("name", "mention")} - {""}
+        eid = it.get("id")
+        match = next((g for g in gold if g not in taken and ((eid and gold_ids.get(g) == eid) or keys[g] in names)), None)
+        if match is not None:
+            taken.add(match)
+        hits.append(match is not None)
+    return hits
+
+
 def score_rec(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, float]:
+    if "candidates" not in rec:
+        return _score_open_rec(rec, pred)
     gold = set(rec["gold"])
     selected: set[str] = set()
     if not _abstained(pred):
@@ -154,6 +198,21 @@ def score_rec(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, flo
         "n_gold": float(len(gold)), "precision_macro": p, "recall_macro": r, "f1_macro": f,
         "abstained": float(_abstained(pred)),
     }
+
+
+def _score_open_rec(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, float]:
+    hits = open_rec_hits(rec, pred)
+    gold = rec["gold"]
+    tp = sum(hits)
+    if not hits and not gold:
+        p = r = f = 1.0
+    else:
+        p = tp / len(hits) if hits else 0.0
+        r = tp / len(gold) if gold else 0.0
+        f = 2 * p * r / (p + r) if p + r else 0.0
+    return {"hits_at_1": float(bool(hits) and hits[0]), "has_gold": float(bool(gold)), "tp": float(tp), "n_selected": float(len(hits)),
+            "n_gold": float(len(gold)), "precision_macro": p, "recall_macro": r, "f1_macro": f,
+            "abstained": float(_abstained(pred) or not (pred or {}).get("text"))}
 
 
 def score_qa(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, float]:
@@ -198,7 +257,8 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
 
 
-def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | None], answers: bool) -> dict[str, Any]:
+def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | None], answers: bool,
+                   ctx: list[dict[str, Any] | None]) -> dict[str, Any]:
     """metric name → function(index matrix (B, n)) → values (B,). Index matrix of one row = the data."""
     col = lambda key: np.array([r[key] for r in rows], dtype=float)  # noqa: E731
     fns: dict[str, Any] = {}
@@ -221,6 +281,8 @@ def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | Non
             fns["acc_at_1"] = mean_of(acc)
             fns["abstain_rate"] = mean_of(ab)
             fns["retry_rate"] = mean_of(col("retried"))
+            fns["acc_at_1_first_pass"] = mean_of(col("acc_first_pass"))
+            fns["synonym_rate"] = mean_of(col("via_synonym"))
             if (ab < 1).any():
                 fns["acc_at_1_answered"] = ratio_of(acc * (1 - ab), 1 - ab)
         if task == "rec":
@@ -246,6 +308,10 @@ def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | Non
     if known.any():
         hits = np.array([float(e) if e is not None else 0.0 for e in ev])
         fns["evidence_contains_gold"] = ratio_of(hits, known)
+    for key in sorted({k for c in ctx for k in (c or {}) if k.startswith(("context_", "judge_context_"))}):
+        have = np.array([float(c is not None and c.get(key) is not None) for c in ctx])
+        vals = np.array([float(c[key]) if c is not None and c.get(key) is not None else 0.0 for c in ctx])
+        fns[key] = ratio_of(vals, have)
     return fns
 
 
@@ -258,13 +324,29 @@ def corpus_text_scores(records: list[dict[str, Any]], preds: list[dict[str, Any]
     zh = any(r.get("lang", "").startswith("zh") for r in records)
     bleu = sacrebleu.corpus_bleu(hyps, refs, tokenize="zh" if zh else "13a")
     chrf = sacrebleu.corpus_chrf(hyps, refs)
-    return {"bleu": round(bleu.score, 4), "chrf": round(chrf.score, 4)}
+    return {"bleu": round(bleu.score, 4), "chrf": round(chrf.score, 4), "gleu": round(corpus_gleu(hyps, refs[0], zh), 4)}
+
+
+def corpus_gleu(hyps: list[str], refs: list[str], zh: bool) -> float:
+    """Google-BLEU (Wu et al., 2016) over the corpus, 0–100: nltk's ``corpus_gleu`` (1–4-grams) on
+    sacrebleu's tokenisation (``zh``: Chinese characters one by one; else ``13a``)."""
+    from nltk.translate.gleu_score import corpus_gleu as _gleu
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+    from sacrebleu.tokenizers.tokenizer_zh import TokenizerZh
+
+    tok = TokenizerZh() if zh else Tokenizer13a()
+    hyp_toks = [tok(h).split() for h in hyps]
+    ref_toks = [[tok(r).split()] for r in refs]
+    if not any(hyp_toks):
+        return 0.0
+    return 100.0 * _gleu(ref_toks, hyp_toks, min_len=1, max_len=4)
 
 
 def aggregate(
     records: list[dict[str, Any]],
     preds: list[dict[str, Any] | None],
     evidence_hits: list[bool | None] | None = None,
+    context_scores: list[dict[str, Any] | None] | None = None,
     *,
     answers: bool = True,
     n_resamples: int = 1000,
@@ -280,8 +362,9 @@ def aggregate(
         raise ValueError("no records to score")
     task = records[0]["task"]
     ev = list(evidence_hits) if evidence_hits is not None else [None] * len(records)
+    ctx = list(context_scores) if context_scores is not None else [None] * len(records)
     rows = [score_record(r, p) for r, p in zip(records, preds)]
-    fns = _metric_arrays(task, rows, ev, answers)
+    fns = _metric_arrays(task, rows, ev, answers, ctx)
     n = len(records)
     out: dict[str, Any] = {"task": task, "n": n}
     full = np.arange(n)[None, :]
@@ -304,7 +387,7 @@ def aggregate(
         if len(groups) > 1:
             out["by_source"] = {}
             for src, ids in sorted(groups.items()):
-                sub = aggregate([records[i] for i in ids], [preds[i] for i in ids], [ev[i] for i in ids],
+                sub = aggregate([records[i] for i in ids], [preds[i] for i in ids], [ev[i] for i in ids], [ctx[i] for i in ids],
                                 answers=answers, n_resamples=0, by_source=False)
                 out["by_source"][src] = sub
     return out

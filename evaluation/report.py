@@ -17,13 +17,16 @@ COLUMNS = {
     "mcq": ["accuracy", "abstain_rate", "evidence_contains_gold"],
     "sd": ["top1", "top3", "top5", "accuracy", "abstain_rate", "evidence_contains_gold"],
     "tf": ["accuracy", "abstain_rate", "evidence_contains_gold"],
-    "el": ["acc_at_1", "abstain_rate", "retry_rate", "acc_at_1_answered"],
+    "el": ["acc_at_1", "acc_at_1_first_pass", "abstain_rate", "retry_rate", "synonym_rate", "acc_at_1_answered"],
     "rec": ["hits_at_1", "precision", "recall", "f1", "f1_macro", "evidence_contains_gold"],
-    "qa": ["bleu", "chrf", "evidence_contains_gold"],
+    "qa": ["bleu", "chrf", "gleu", "evidence_contains_gold"],
 }
+#: Retrieval-context columns (DiffRAG's RAGAS table), one table for every task that has them.
+CONTEXT_COLUMNS = ["context_precision", "context_recall", "context_entity_recall",
+                   "judge_context_precision", "judge_context_recall", "judge_context_entity_recall"]
 _TASK_TITLE = {"mcq": "Multiple choice (mcq)", "sd": "Syndrome differentiation (sd)", "tf": "True/false (tf)",
                "el": "Entity linking (el)", "rec": "Recommendation (rec)", "qa": "Free text (qa)"}
-_PERCENT_FREE = {"bleu", "chrf"}
+_PERCENT_FREE = {"bleu", "chrf", "gleu"}
 
 
 def fmt(name: str, value: Any, ci: list[float] | None = None) -> str:
@@ -52,6 +55,15 @@ def markdown_tables(metrics: dict[str, Any], with_ci: bool = True) -> str:
             ci = m.get("ci95", {}) if with_ci else {}
             n_txt = str(m["n"]) + (f" (+{m['missing']} missing)" if m.get("missing") else "")
             lines.append(f"| {n} | {n_txt} | " + " | ".join(fmt(c, m.get(c), ci.get(c)) for c in cols) + " |")
+        blocks.append("\n".join(lines))
+    names = [n for n, m in metrics.items() if any(c in m for c in CONTEXT_COLUMNS)]
+    if names:
+        cols = [c for c in CONTEXT_COLUMNS if any(c in metrics[n] for n in names)]
+        lines = ["### Retrieved context (RAGAS-style; lexical, and judge_* by an LLM)", "", "| benchmark | task | " + " | ".join(cols) + " |",
+                 "|---|---|" + "---:|" * len(cols)]
+        for n in names:
+            ci = metrics[n].get("ci95", {}) if with_ci else {}
+            lines.append(f"| {n} | {metrics[n]['task']} | " + " | ".join(fmt(c, metrics[n].get(c), ci.get(c)) for c in cols) + " |")
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
 
@@ -90,6 +102,10 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
         head.append(f"Graph: `{graph}`.")
     head.append("Values in % (BLEU/chrF: sacrebleu scores) with bootstrap 95% intervals in brackets; "
                 "metric definitions in the README (## Evaluation).")
+    skipped = {n: m["skipped_records"] for n, m in metrics.items() if m.get("skipped_records")}
+    if skipped:
+        head.append("\n**Bad records skipped** (see the command's warnings; `--strict` refuses such files): "
+                    + ", ".join(f"{n}: {k}" for n, k in skipped.items()) + ".")
     if counts and counts.get("failed"):
         head.append(f"\n**{counts['failed']} record(s) failed** (e.g. LLM timeouts) and are not scored; run the same command again to retry them.")
     body = ["## Summary\n\n" + summary_table(metrics), markdown_tables(metrics)]

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import BencaoError
+from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
 from bencao.evaluation.metrics import aggregate, evidence_contains_gold
 from bencao.evaluation.systems import EvalConfig, make_system
@@ -81,6 +82,9 @@ def run_predictions(
     if system is None:
         system = make_system(system_name, graph_path, config, tasks, out)
     counts = {"done": 0, "new": 0, "failed": 0}
+    if graph_path is None and any(is_open_rec(r) for b in benches for r in b.records):
+        raise BencaoError("open-ended rec records (no candidates) need --graph DIR: the foods in a free answer are linked to the graph")
+    annotator = Annotator(graph_path, config, out)
     with JsonlAppender(out / PREDICTIONS, id_key="key") as app:
         todo: list[tuple[Bench, dict[str, Any]]] = []
         for b in benches:
@@ -98,7 +102,8 @@ def run_predictions(
                 t0 = time.perf_counter()
                 outputs = system.predict_batch([r for _, r in chunk])
                 elapsed = (time.perf_counter() - t0) / len(chunk)
-                for (b, r), o in zip(chunk, outputs):
+                extras = annotator.annotate([r for _, r in chunk], outputs)  # system-independent: linked foods, context metrics
+                for (b, r), o, extra in zip(chunk, outputs, extras):
                     if isinstance(o, Exception):  # a failed request (e.g. an LLM timeout): retried on resume
                         counts["failed"] += 1
                         continue
@@ -109,12 +114,13 @@ def run_predictions(
                         "key": f"{b.name}/{r['id']}", "bench": b.name, "id": r["id"], "task": r["task"],
                         "source": r.get("source"), "system": system_name, "prediction": o.prediction,
                         "evidence": o.evidence_ids, "evidence_contains_gold": ev_hit,
-                        "elapsed_s": round(elapsed, 4), **({"extra": o.extra} if o.extra else {}),
+                        "elapsed_s": round(elapsed, 4), **extra, **({"extra": o.extra} if o.extra else {}),
                     })
                     counts["new"] += 1
                 bar.update(len(chunk))
         finally:
             bar.close()
+            annotator.close()
     return counts
 
 
@@ -136,7 +142,7 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
     preds = read_predictions(out)
     metrics: dict[str, Any] = {}
     for b in benches:
-        recs, ps, ev = [], [], []
+        recs, ps, ev, ctx = [], [], [], []
         for r in b.records:
             p = preds.get(f"{b.name}/{r['id']}")
             if p is None:
@@ -144,13 +150,20 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
             recs.append(r)
             ps.append(p["prediction"])
             ev.append(p.get("evidence_contains_gold"))
+            ctx.append(p.get("context"))
         if not recs:
             continue
         answers = any(p is not None for p in ps)
-        m = aggregate(recs, ps, ev, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed)
+        m = aggregate(recs, ps, ev, ctx, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed)
         missing = len(b.records) - len(recs)
         if missing:
             m["missing"] = missing
+        if b.skipped:
+            m["skipped_records"] = len(b.skipped)
+        if config.eval.judge.enabled:
+            failed = sum(int((c or {}).get("judge_failed", 0)) for c in ctx)
+            if failed:
+                m["judge_failed"] = failed
         metrics[b.name] = m
     return metrics
 

@@ -130,7 +130,9 @@ class RandomSystem:
             return Output({"answer": ranking[:len(rec["answer"]) if task == "mcq" else 1], "ranking": ranking, "abstained": False})
         if task == "tf":
             return Output({"answer": rng.random() < 0.5, "abstained": False})
-        ranking = list(rec.get("candidates") or [])
+        if "candidates" not in rec:  # open-ended rec: no list to draw from, so no answer
+            return Output({"text": "", "abstained": True})
+        ranking = list(rec["candidates"])
         rng.shuffle(ranking)
         return Output({"ranking": ranking, "selected": ranking[: (len(ranking) + 1) // 2], "abstained": False})
 

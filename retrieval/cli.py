@@ -97,6 +97,7 @@ def add(
         if added:
             g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
             fault("add.manifest")
+            _reintegrate(g)
         # also when unchanged: a run killed between its commit and this step left the indexes behind
         refreshed = refresh_indexes(g)
         if added:
@@ -116,12 +117,66 @@ def remove(
     from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.index import refresh_indexes
 
+    from bencao.retrieval.graph.integrate import FORMAT as INTEGRATION, undo_integration
+
     with writer_lock(graph), Graph.open(graph) as g:
         doc = g.get_document(document_id)
+        if doc is not None and doc["format"] == INTEGRATION:  # its journal says how to put the rows back
+            out = undo_integration(g)
+            refresh_indexes(g)
+            typer.echo(f"removed {document_id}: integration undone ({out['entities_restored']} merged entities restored)")
+            return
         removed = g.remove_document(document_id)
         g.write_manifest("remove", {"document": document_id, "source": doc["source"] if doc else None, "removed": removed})
+        _reintegrate(g)
         refresh_indexes(g)
     typer.echo(f"removed {document_id}: " + ", ".join(f"{v} {k}" for k, v in removed.items() if v))
+
+
+def _reintegrate(g: Any) -> None:
+    """An integrated graph stays integrated: after a document came or went, merge again."""
+    from bencao.retrieval.graph.integrate import reintegrate_if_integrated
+
+    report = reintegrate_if_integrated(g)
+    if report is not None:
+        _console().print(f"re-integrated: {report['entities_merged']} entities merged into {report['groups']}")
+
+
+@graph_app.command("integrate")
+def integrate_cmd(
+    graph: Path = GRAPH_OPT,
+    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Integration YAML (keys of IntegrateConfig, e.g. configs/graph/integrate.yaml); built-in defaults when omitted."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override key=value (repeatable), e.g. type_groups=[[chemical,supplement_ingredient]]."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be merged; write nothing."),
+    undo: bool = typer.Option(False, "--undo", help="Undo the graph's integration (restores every merged entity whose sources remain)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the full JSON report (every group, with the reason it was merged)."),
+) -> None:
+    """Merge entities across sources (iDISK 2.0): shared CUI/xref ids, or the same normalised name within a type.
+
+    Every source id stays an alias of the merged entity and every row keeps its source document, so
+    `graph remove` of a source still removes exactly what only it supported. Running it again
+    re-integrates from scratch; the merge is journalled in a derived document (`--undo` reverts it).
+    """
+    from bencao.config import load_config
+    from bencao.retrieval.graph.integrate import IntegrateConfig, integrate, summary, undo_integration
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.graph.versions import writer_lock
+    from bencao.retrieval.index import refresh_indexes
+
+    cfg = load_config(IntegrateConfig, config, list(set_ or []) + (["dry_run=true"] if dry_run else []))
+    with writer_lock(graph), Graph.open(graph) as g:
+        if undo:
+            out = undo_integration(g)
+            if out["undone"]:
+                refresh_indexes(g)
+            typer.echo(json.dumps(out, ensure_ascii=False) if as_json else
+                       (f"undid integration {out['undone']}: {out['entities_restored']} merged entities restored" if out["undone"] else "not integrated: nothing to undo"))
+            return
+        with _console().status("integrating entities ..."):
+            report = integrate(g, cfg)
+        if report.get("document") or report.get("replaced"):
+            refresh_indexes(g)
+    typer.echo(json.dumps(report, ensure_ascii=False, indent=2) if as_json else summary(report))
 
 
 @graph_app.command("stats")
@@ -184,3 +239,8 @@ graph_app.command("complete")(_cli_confidence.complete)
 from bencao.retrieval.graph.export_neo4j import export_command as _export_command  # noqa: E402
 
 graph_app.command("export")(_export_command)
+
+from bencao.retrieval import cli_cases as _cli_cases  # noqa: E402
+
+graph_app.add_typer(_cli_cases.cases_app, name="cases")
+graph_app.command("link-layers")(_cli_cases.link_layers_command)

@@ -34,8 +34,8 @@ def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]]) -
 def link(
     mention: Optional[str] = typer.Argument(None, help="The mention to link (or use --input)."),
     graph: Path = GRAPH,
-    input: Optional[Path] = cliopts.input_(help="JSONL with at least `id` and `mention` per line (and an optional `context`: the sentence "
-                                                "the mention came from)."),
+    input: Optional[Path] = cliopts.input_(help="JSONL with at least `id` and `mention` per line; an optional `context` (the sentence or "
+                                                "dish the mention occurs in) helps choose among equally good candidates."),
     output: Optional[Path] = cliopts.out(help="JSONL output (resumable: ids already there are skipped)."),
     config: Optional[Path] = CONFIG,
     set_: Optional[list[str]] = SET,
@@ -73,7 +73,7 @@ def link(
         for rec in records:
             if str(rec["id"]) in out.done_ids:
                 continue
-            r = linker.link(rec["mention"], rec.get("context"))
+            r = linker.link(rec["mention"], context=rec.get("context"))
             row = dict(rec)
             row.update({k: v for k, v in r.to_dict().items() if k != "mention"})
             out.write(row)

@@ -148,7 +148,8 @@ class SnippetHit:
     document_kind: str | None = None
     score: float = 0.0
     scores: dict[str, float] = field(default_factory=dict)
-    via: list[str] = field(default_factory=list)  # micro | macro | section | therapy | personal
+    via: list[str] = field(default_factory=list)  # micro | macro | section | therapy | therapy-case | personal
+    case: dict[str, Any] | None = None  # a clinical case (MLKG case layer): case_id, classification, explanations, patient_match
 
     @property
     def generated(self) -> bool:
@@ -171,11 +172,18 @@ class SnippetHit:
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["generated"] = self.generated
+        case = d.pop("case")
+        if case:
+            d.update(case)  # the old flat JSON: case_id, classification, explanations, patient_match
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "SnippetHit":
-        return cls(**_pick(cls, d))
+        case = {k: d[k] for k in _CASE_KEYS if k in d} or d.get("case")
+        return cls(**{**_pick(cls, d), "case": case or None})
+
+
+_CASE_KEYS = ("case_id", "classification", "explanations", "patient_match")
 
 
 @dataclass

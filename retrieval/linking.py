@@ -380,13 +380,16 @@ class EntityLinker:
 
     # ------------------------------------------------------------------ public
     def link(self, mention: str, context: str | None = None) -> LinkResult:
-        """Link one mention; ``context`` (the sentence or question it came from) is shown to the LLM stages."""
+        """Link ``mention``; ``context`` (the sentence, question or dish it occurs in) is shown to the LLM
+        stages and decides between candidates that carry the same name (FoodOn's two "honey", three
+        "sugar"): inside such a group, within a tier, the one closest by dense cosine to "mention —
+        context" comes first. Candidates with different names keep their order."""
         if not isinstance(mention, str) or not mention.strip():
             raise BencaoError("mention is empty")
         if len(mention) > self.cfg.max_mention_chars:
             raise BencaoError(f"mention is {len(mention):,} characters, over the {self.cfg.max_mention_chars}-character limit (linking.max_mention_chars)")
         mention = mention.strip()
-        cands = self._candidates(mention)
+        cands = self._candidates(mention, context=context)
         choice = self._choose(mention, context, cands)
         first = self._brief(choice)
         sel_why = choice.get("selector_rationale") if choice else None
@@ -473,7 +476,7 @@ class EntityLinker:
         return choice, merged, synonyms
 
     # ------------------------------------------------------------------ candidates
-    def _candidates(self, mention: str, lexical: bool = True) -> list[dict[str, Any]]:
+    def _candidates(self, mention: str, lexical: bool = True, context: str | None = None) -> list[dict[str, Any]]:
         key = norm_key(mention)
         m_toks = self.tables.base_tokens(mention, keep_parens=True)
         m_set = set(m_toks)
@@ -512,6 +515,8 @@ class EntityLinker:
                 c["rrf"] += 1.0 / (self.cfg.rrf_k + rank + 1)
         if lexical and self.indexes is not None:
             self._fill_cosines(mention, pool)
+            if context and context.strip():
+                self._context_cosines(mention, context.strip(), pool)
         if self.cfg.types:
             ents = self.g.get_entities(pool)
             pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
@@ -534,13 +539,14 @@ class EntityLinker:
             c["grouping"] = self._grouping(label)
         return self._order(list(pool.values()))
 
-    def _fill_cosines(self, mention: str, pool: dict[str, dict[str, Any]]) -> None:
+    def _fill_cosines(self, mention: str, pool: dict[str, dict[str, Any]], key: str = "dense", every: bool = False) -> None:
         """The cosine of every candidate that the dense top-k missed, read from its stored vector.
 
         Candidates are ordered by cosine inside a tier; one found only by the alias tables or BM25
-        would otherwise count as cosine 0 merely because it fell outside ``k_dense``.
+        would otherwise count as cosine 0 merely because it fell outside ``k_dense``. With ``every``
+        each candidate gets the cosine to ``mention`` (e.g. mention + context) under ``key``.
         """
-        missing = [eid for eid, c in pool.items() if c["dense"] is None]
+        missing = [eid for eid, c in pool.items() if every or c.get(key) is None]
         if not missing or not self.indexes.can_embed(mention):
             return
         idx = self.indexes.dense("entities")
@@ -558,7 +564,23 @@ class EntityLinker:
             return
         q = self.indexes.embed_queries([mention])[0]
         for (eid, _), s in zip(have, vecs @ q):
-            pool[eid]["dense"] = round(float(s), 4)
+            pool[eid][key] = round(float(s), 4)
+
+    def _context_cosines(self, mention: str, context: str, pool: dict[str, dict[str, Any]]) -> None:
+        """For candidates sharing a name: their cosine to "mention — context" (``context``) and the best
+        mention cosine of their name group (``group_dense``), which places the group as a whole."""
+        groups: dict[str, list[dict[str, Any]]] = {}
+        for c in pool.values():
+            groups.setdefault(norm_key(self.tables.label_of(c["id"])), []).append(c)
+        dups = {c["id"]: c for key, cs in groups.items() if key and len(cs) > 1 for c in cs}
+        if not dups:
+            return
+        self._fill_cosines(f"{mention} — {context}", dups, key="context", every=True)
+        for key, cs in groups.items():
+            if key and len(cs) > 1:
+                best = max((c["dense"] for c in cs if c["dense"] is not None), default=None)
+                for c in cs:
+                    c["group_dense"] = best
 
     def _state_form(self, m_toks: list[str], label: str) -> bool:
         """Is ``label`` the mention plus only default-state qualifiers ('onion (whole, raw)', 'pineapple (raw)')?"""
@@ -583,7 +605,8 @@ class EntityLinker:
             # ties); a name spelt exactly as the mention (case included); the better-established concept
             # (more names); fused rank.
             return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
-                    -round(c["dense"], 2) if c["dense"] is not None else 0.0, not c.get("verbatim"),
+                    -round(c.get("group_dense", c["dense"]), 2) if c.get("group_dense", c["dense"]) is not None else 0.0,
+                    -(c.get("context") or 0.0), not c.get("verbatim"),
                     -self.tables.n_names(c["id"]), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
@@ -643,8 +666,11 @@ class EntityLinker:
 
     def _report(self, c: dict[str, Any]) -> dict[str, Any]:
         name = (self.tables.names_of(c["id"]) or [None])[0]
-        return {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
-                "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+        out = {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
+               "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+        if "context" in c:
+            out["context"] = c["context"]  # cosine to "mention — context"
+        return out
 
 
 # ---------------------------------------------------------------------- selectors

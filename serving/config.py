@@ -61,12 +61,33 @@ class PlannerConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """The LLM judge of the context metrics (``--set judge.enabled=true --set judge.llm.model=...``)."""
+
+    enabled: bool = field(False, help="Judge retrieved contexts with an LLM (RAGAS-style) besides the lexical context metrics.")
+    llm: LLMConfig = field(default_factory=LLMConfig, help="The judge's LLM client (backend, model, base_url, ...); cache defaults to <out>/judge_cache.sqlite.")
+    prompts_dir: str | None = field(None, help="Directory of your own judge templates (context_precision.zh.jinja ...), used before the shipped ones.")
+    max_contexts: int = field(10, help="Context items shown to the judge (the top-ranked ones).")
+    max_context_chars: int = field(600, help="Characters of each context item shown to the judge.")
+    lexical_coverage: float = field(0.6, help="Lexical variant (always on): share of a reference sentence's distinct terms a context item must contain to cover it.")
+
+
+@dataclass
+class OpenRecConfig:
+    item_types: list[str] = field(default_factory=lambda: ["food", "dish", "substance", "supplement_ingredient", "ingredient", "herb"],
+                                  help="Entity types that count as recommended foods when linked in a free-text answer.")
+    max_items: int = field(30, help="Most foods read from one answer.")
+
+
+@dataclass
 class EvalSettings:
     """``bencao eval`` only."""
 
     batch_size: int = field(8, help="Records answered together (LLM requests of a batch go out at once).")
     seed: int = field(0, help="Seed of the random baseline and of the bootstrap resampling.")
     n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
+    judge: JudgeConfig = field(default_factory=JudgeConfig, help="LLM judge of the context metrics (RAGAS-style); off by default, the lexical variant always runs.")
+    open_rec: OpenRecConfig = field(default_factory=OpenRecConfig, help="Open-ended rec (no candidates): which linked entity types count as recommended foods.")
 
 
 @dataclass

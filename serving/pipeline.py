@@ -291,6 +291,8 @@ class AnswerPipeline:
             a.abstained = res["abstained"]
             items = res.get("selected", res.get("items")) or []
             a.answer = ga.not_in_kb(q.question) if a.abstained else ("、" if q.language == "zh" else ", ").join(items)
+            if not q.candidates:  # open-ended: the free answer, whose foods evaluation links (Yaoshi-RAG's scoring)
+                a.prediction["text"] = "" if a.abstained else a.answer
         else:
             res = ga.answer(q.question, ev)
             a.abstained = res["abstained"]

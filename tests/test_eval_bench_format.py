@@ -57,19 +57,43 @@ def test_bad_record_problems(rec, problem):
 def test_error_names_file_first_bad_line_and_counts_the_rest(tmp_path):
     path = write(tmp_path / "b.jsonl", [MCQ, "", "{not json", {**MCQ, "id": "q2", "answer": ["Z"]}, {**MCQ}])
     with pytest.raises(InputError) as err:
-        load_bench(path)
+        load_bench(path, strict=True)
     assert str(err.value) == (f"{path}:line 3: malformed JSON: Expecting property name enclosed in double quotes (column 2)"
                               " (2 more bad line(s): 4, 5)")
     assert "\n" not in str(err.value)
 
 
+def test_bad_records_are_skipped_and_counted_unless_strict(tmp_path):
+    from bencao.evaluation.bench_format import skipped_summary
+
+    path = write(tmp_path / "b.jsonl", [MCQ, "", "{not json", {**MCQ, "id": "q2", "answer": ["Z"]}, {**MCQ}, {**MCQ, "id": "q3"}])
+    b = load_bench(path)
+    assert [r["id"] for r in b.records] == ["q1", "q3"]
+    assert [n for n, _ in b.skipped] == [3, 4, 5]
+    assert "duplicate id 'q1'" in b.skipped[2][1]
+    line = skipped_summary(b)
+    assert line.startswith(f"{path}: skipped 3 bad record(s) of 5 (line 3: malformed JSON") and "--strict" in line
+    only_bad = write(tmp_path / "bad.jsonl", ["{not json", {**MCQ, "answer": ["Z"]}])
+    with pytest.raises(InputError, match=r"bad.jsonl:line 1: malformed JSON.*\(1 more bad line\(s\): 2\); no good record left"):
+        load_bench(only_bad)
+
+
+def test_open_rec_gold_evidence_and_el_context():
+    assert check_record({"id": "r", "task": "rec", "query": "脾虚", "gold": ["山药", "莲子"]}) is None
+    assert check_record({"id": "r", "task": "rec", "query": "脾虚", "gold": "山药"}) == "record 'r' (rec): 'gold' must be a list of non-empty strings"
+    assert check_record({**MCQ, "gold_evidence": ["山药，味甘温。"]}) is None
+    assert check_record({**MCQ, "gold_evidence": []}) == "record 'q1' (mcq): 'gold_evidence' must not be empty"
+    assert check_record({"id": "e", "task": "el", "mention": "apple", "gold_ids": ["X:1"], "context": "apple pie"}) is None
+    assert check_record({"id": "e", "task": "el", "mention": "apple", "gold_ids": ["X:1"], "context": 3}) == "record 'e' (el): 'context' must be a string"
+
+
 def test_duplicate_id_and_mixed_tasks(tmp_path):
     path = write(tmp_path / "d.jsonl", [MCQ, {**MCQ, "question": "again"}])
     with pytest.raises(InputError, match=r"d.jsonl:line 2: duplicate id 'q1' \(first on line 1\)$"):
-        load_bench(path)
+        load_bench(path, strict=True)
     path = write(tmp_path / "m.jsonl", [MCQ, {"id": "t", "task": "tf", "statement": "x", "answer": False}])
     with pytest.raises(InputError, match=r"m.jsonl:line 2: record 't': task 'tf' differs from the file's task 'mcq'"):
-        load_bench(path)
+        load_bench(path, strict=True)
 
 
 def test_empty_missing_and_colliding_files(tmp_path):

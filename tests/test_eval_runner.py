@@ -130,6 +130,21 @@ def test_cli_eval_check_run_and_one_line_errors(tmp_path, capsys):
     bad.write_text('{"id": "1", "task": "mcq", "question": "q", "options": {"A": "a", "B": "b"}, "answer": ["C"]}\n', encoding="utf-8")
     assert main(["eval", "-b", str(bad), "--system", "random", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
+    assert err == f"error: {bad}:line 1: record '1' (mcq): answer 'C' is not one of the options (A, B); no good record left"
+    assert main(["eval", "-b", str(bad), "--system", "random", "--out", str(out), "--strict"]) == 2
+    err = capsys.readouterr().err.strip()
     assert err == f"error: {bad}:line 1: record '1' (mcq): answer 'C' is not one of the options (A, B)"
+    # one bad line among good ones: skipped, counted, reported; --strict refuses the file
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(path.read_text(encoding="utf-8") + bad.read_text(encoding="utf-8").replace('"id": "1"', '"id": "bad1"'), encoding="utf-8")
+    out2 = tmp_path / "out2"
+    assert main(["eval", "-b", str(mixed), "--system", "random", "--out", str(out2), "--no-progress", "--set", "n_resamples=0"]) == 0
+    captured = capsys.readouterr()
+    assert f"warning: {mixed}: skipped 1 bad record(s) of 26 (line 26: record 'bad1' (mcq): answer 'C'" in captured.err
+    metrics = json.loads((out2 / "metrics.json").read_text(encoding="utf-8"))
+    assert metrics["mixed"]["n"] == 25 and metrics["mixed"]["skipped_records"] == 1
+    assert "**Bad records skipped**" in (out2 / "report.md").read_text(encoding="utf-8") and "mixed: 1" in (out2 / "report.md").read_text(encoding="utf-8")
+    assert main(["eval", "-b", str(mixed), "--system", "random", "--out", str(tmp_path / "out3"), "--strict"]) == 2
+    assert "mixed.jsonl:line 26" in capsys.readouterr().err
     assert main(["eval", "-b", str(path), "--system", "random", "--out", str(out), "--set", "sed=1"]) == 2
     assert "unknown key(s) sed" in capsys.readouterr().err

@@ -59,6 +59,7 @@ class Template:
     extra: dict[str, bytes] = field(default_factory=dict)  # side files (a mapping YAML), named in options
     options: tuple[str, ...] = ()
     names_checked: bool = True  # the placeholder is an entity name (books: a section title)
+    stored: str = ""  # SQL counting rows that hold the placeholder's text (?), when it is neither a name nor a title
 
 
 _CATALOG_HEADER = "mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\n"
@@ -80,6 +81,19 @@ TEMPLATES: dict[str, Template] = {
     "obo": Template("onto.obo", lambda n: (f"format-version: 1.2\nontology: fz\n\n[Term]\nid: FZ:0000002\nname: fuzz parent\n\n"
                                            f"[Term]\nid: FZ:0000001\nname: {n}\nis_a: FZ:0000002\n").encode(), "raw"),
     "owl": Template("onto.owl", lambda n: _OWL.format(name=xml_escape(n)).encode(), "xml"),
+    "ontology-json": Template("dump.json", lambda n: (json.dumps([{"curie": "FZ:2", "label": "fuzz parent", "relations": {"is_a": []}},
+                                                                  {"curie": "FZ:1", "label": n, "synonyms": ["fz one"], "definition": "a fuzz food",
+                                                                   "relations": {"is_a": ["FZ:2"]}}], ensure_ascii=False) + "\n").encode("utf-8"), "json"),
+    "skos": Template("concepts.ttl", lambda n: ("@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n@prefix fz: <http://example.org/fz/> .\n\n"
+                                               "fz:parent a skos:Concept ; skos:prefLabel \"fuzz parent\"@en .\n"
+                                               f"fz:one a skos:Concept ; skos:prefLabel \"{n}\"@en ; skos:broader fz:parent .\n").encode(), "raw"),
+    "cases-jsonl": Template("cases.jsonl", lambda n: _jsonl({"case_id": "fz1", "sex": "女", "age": 37, "history": ["慢性胃炎"],
+                                                              "text": f"患者，女，37岁。自述{n}、口干。", "treatment": "萝卜粥"}), "json",
+                            names_checked=False, stored="SELECT COUNT(*) FROM snippets WHERE instr(text, ?) > 0"),
+    "cases-csv": Template("cases.csv", lambda n: f"case_id,sex,age,history,text,treatment\nfz1,女,37,慢性胃炎,患者自述{n}。,萝卜粥\n".encode(), "raw",
+                          names_checked=False, stored="SELECT COUNT(*) FROM snippets WHERE instr(text, ?) > 0"),
+    "disease-tree": Template("tree.yaml", lambda n: f"name: 测试树\nclasses:\n  - name: {n}\n    children:\n      - {{name: 咳嗽, keywords: [咳嗽]}}\n".encode(),
+                             "raw"),
 }
 
 #: How each family writes a NUL, a control character and a lone surrogate inside a name.
@@ -145,7 +159,7 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "long-name", fn, t.make("z" * 1200)),
             Case(fmt, "long-name-option", fn, t.make("z" * 60), options=("max_name_chars=50",)),
         ]
-        if fmt not in ("obo", "owl"):  # an ontology term without a label is named by its id (by design)
+        if fmt not in ("obo", "owl", "skos"):  # an ontology term without a label is named by its id (by design)
             cases.append(Case(fmt, "whitespace-name", fn, t.make("   ")))
     if t.family == "json":
         cases += [
@@ -269,5 +283,5 @@ def test_declared_encoding_is_read(fmt, small_graph, tmp_path, capsys) -> None:
     src, opts = _write_case(case, tmp_path / "in", b"")
     assert _add(graph, fmt, src, opts) == 0, capsys.readouterr().err
     with sqlite3.connect(graph / "graph.sqlite") as c:
-        where = "aliases WHERE alias" if t.names_checked else "sections WHERE title"
-        assert c.execute(f"SELECT COUNT(*) FROM {where} = '大枣鲜品'").fetchone()[0] >= 1
+        sql = t.stored or ("SELECT COUNT(*) FROM aliases WHERE alias = ?" if t.names_checked else "SELECT COUNT(*) FROM sections WHERE title = ?")
+        assert c.execute(sql, ("大枣鲜品",)).fetchone()[0] >= 1

@@ -31,7 +31,9 @@ def confidence(
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.index import refresh_indexes
 
-    with Graph.open(graph) as g:
+    from bencao.retrieval.graph.versions import writer_lock
+
+    with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
         if reset:
             n = reset_confidences(g)
             refresh_indexes(g)
@@ -54,16 +56,30 @@ def confidence(
 def complete(
     graph: Path = typer.Option(..., "--graph", "-g", help="Graph directory (with a model from `bencao graph confidence`)."),
     config: Optional[Path] = typer.Option(None, "--config", "-c", help="Recipe YAML (e.g. configs/graph/complete.yaml); built-in defaults when omitted."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. threshold=0.9 relations=[is_a] dry_run=true."),
+    evaluate: bool = typer.Option(False, "--evaluate", help="Measure instead of adding: hide --test-fraction of the open triples, retrain UKGE on the rest, "
+                                  "and report the precision/recall of what completion proposes (written to <graph>/ukge/completion_eval.json; "
+                                  "completion with min_precision > 0 needs it)."),
+    test_fraction: float = typer.Option(0.1, "--test-fraction", help="--evaluate: share of the open triples hidden."),
+    seed: int = typer.Option(0, "--seed", help="--evaluate: seed of the held-out split."),
+    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. threshold=0.9 relations=[treats] dry_run=true."),
 ) -> None:
-    """Add missing triples the UKGE model scores above the threshold, as one removable derived document."""
+    """Add missing triples the UKGE model scores above the threshold, as one removable derived document.
+
+    Closed-world relations (recipe ingredients, catalogue lists, ontology parents) are never completed;
+    a relation is completed only when `--evaluate` measured its held-out precision ≥ min_precision.
+    """
     from bencao.config import load_config
     from bencao.retrieval.graph.completion import CompleteConfig, complete_graph
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.index import refresh_indexes
 
     cfg = load_config(CompleteConfig, config, overrides or [])
-    with Graph.open(graph) as g:
+    if evaluate:
+        _evaluate_completion(graph, cfg, test_fraction, seed)
+        return
+    from bencao.retrieval.graph.versions import writer_lock
+
+    with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
         with _progress("complete") as prog:
             task = prog.add_task("", total=1)
 
@@ -72,9 +88,12 @@ def complete(
 
             report = complete_graph(g, cfg, progress=on_relation)
         names = {e["id"]: e["name"] for e in g.get_entities([x for c in report["examples"] for x in (c["head_id"], c["tail_id"])]).values()}
-        refresh_indexes(g)
-    if report.get("skipped_curated"):
-        typer.echo(f"  not completed (curated sources only): {', '.join(report['skipped_curated'])}")
+        if report["added"]:
+            refresh_indexes(g)
+    for rel, why in report.get("closed", {}).items():
+        typer.echo(f"  not completed: {rel}: {why}")
+    for rel, why in report.get("gated", {}).items():
+        typer.echo(f"  not completed: {rel}: {why}")
     for rel, r in report["relations"].items():
         typer.echo(f"  {rel}: {r['heads']} heads, {r['candidates']} candidates ≥ {cfg.threshold}")
     if cfg.dry_run:
@@ -86,3 +105,29 @@ def complete(
                    f"(remove them with `bencao graph remove {report['document']} --graph {graph}`)")
     else:
         typer.echo(f"nothing to add: no candidate scored ≥ {cfg.threshold}")
+
+
+def _evaluate_completion(graph: Path, cfg, test_fraction: float, seed: int) -> None:
+    from bencao.retrieval.graph.completion import evaluate_completion, write_evaluation
+    from bencao.retrieval.graph.store import Graph
+
+    from bencao.retrieval.graph.versions import writer_lock
+
+    with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
+        with _progress("held-out ukge") as prog:
+            task = prog.add_task("training", total=1)
+
+            def on_epoch(epoch: int, epochs: int, loss: float) -> None:
+                prog.update(task, completed=epoch, total=epochs, description=f"epoch {epoch}/{epochs} loss {loss:.4f}")
+
+            report = evaluate_completion(g, cfg, test_fraction=test_fraction, seed=seed, progress=on_epoch)
+        path = write_evaluation(g, report)
+    fmt = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+    for rel, why in report["closed"].items():
+        typer.echo(f"  not completed: {rel}: {why}")
+    typer.echo(f"held out {report['hidden']} of {report['open_triples']} open triples (seed {seed}); at threshold {report['threshold']}:")
+    for rel, m in report["by_relation"].items():
+        typer.echo(f"  {rel}: {m['proposed']} proposed, {m['correct']} hidden ones among them: precision {fmt(m['precision'])}, "
+                   f"recall {fmt(m['recall'])} of {m['hidden']}")
+    typer.echo("  precision by threshold: " + ", ".join(f"{t}: {fmt(c['precision'])} (n={c['proposed']})" for t, c in report["curve"].items()))
+    typer.echo(f"wrote {path}")

@@ -10,20 +10,38 @@ Guarantees: only entities already in the graph are used (by their existing id, n
 a candidate's tail type is one the relation already takes from heads of the same type in the
 observed graph (or the pair the ``relations`` table declares); an existing triple, in any layer, is never added again; no
 self-loops.
+
+Closed-world knowledge is never completed: a recipe lists all its ingredients and indications, a
+catalogue all its members, an ontology all a term's parents, so a triple they do not state is false,
+not missing. ``closed_world`` names relations that are closed everywhere (``has_ingredient``,
+``listed_in``, ``variant_of``); a (relation, head type) whose every observed triple comes from a
+curated row (``curated_kinds``) or a closed-world document format (``closed_formats``: recipes,
+catalogues, ontologies) is closed too (``is_a`` from an ontology, ``treats`` from a recipe's dish).
+
+Completion is measured before it is trusted: :func:`evaluate_completion` hides a seeded share of
+the open triples, trains UKGE on the rest and counts how many of the triples completion then
+proposes at the threshold are hidden true ones (precision, a lower bound: an unstated true triple
+counts as wrong) and how many hidden ones it finds (recall). ``bencao graph complete --evaluate``
+writes that report to ``<graph>/ukge/completion_eval.json``; with ``min_precision`` > 0 (the
+default) completion adds only relations whose measured precision reaches it, and refuses to run
+on a graph whose observed triples, model settings or threshold differ from the evaluated ones.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Literal
+
+import numpy as np
 
 
 from bencao.config import field
 from bencao.errors import BencaoError
-from bencao.io import content_hash
-from bencao.retrieval.graph.confidence import OBSERVED_LAYERS, UKGE
+from bencao.io import atomic_write_json, content_hash
+from bencao.retrieval.graph.confidence import MODEL_DIR, OBSERVED_LAYERS, UKGE, TripleData, UKGEConfig, load_triples, train_ukge
 
 ORIGIN = "ukge-completion"
 
@@ -32,8 +50,15 @@ ORIGIN = "ukge-completion"
 class CompleteConfig:
     relations: list[str] = field(default_factory=list, help="Relations to complete; empty = every relation with at least min_relation_triples observed triples.")
     exclude_relations: list[str] = field(default_factory=list, help="Relations never completed (e.g. ones whose tails are free text).")
-    skip_curated_relations: bool = field(True, help="With relations empty: skip relations whose every source is curated (ontology is_a, catalogue membership): those lists are authoritative, not incomplete extractions.")
+    closed_world: list[str] = field(default_factory=lambda: ["has_ingredient", "listed_in", "variant_of"],
+                                    help="Closed-world relations: their sources list them completely (a recipe's ingredients, a catalogue's members), so an absent triple is false. Never completed; naming one in `relations` is an error.")
+    skip_curated_relations: bool = field(True, help="Skip each (relation, head type) whose every observed triple comes from curated rows (curated_kinds) or closed-world formats (closed_formats): ontology is_a, a recipe dish's treats. Those lists are authoritative, not incomplete extractions.")
     curated_kinds: list[str] = field(default_factory=lambda: ["record"], help="triple_sources.kind values that count as curated.")
+    closed_formats: list[str] = field(default_factory=lambda: ["recipes-jsonl", "catalog-csv", "foodon-jsonl", "ontology-json", "obo", "owl", "skos",
+                                                             "cases-jsonl", "cases-csv", "disease-tree", "case-classification"],
+                                      help="Document formats whose records state a head's facts completely (recipes, catalogues, ontologies).")
+    min_precision: float = field(0.5, help="Complete only relations whose held-out precision at `threshold` (from `bencao graph complete --evaluate`) reaches this; 0 = complete without an evaluation.")
+    min_evaluated: int = field(5, help="A relation's held-out precision counts only when the evaluation proposed at least this many of its triples.")
     min_relation_triples: int = field(5, help="With relations empty: skip relations with fewer observed triples (too little to learn from).")
     threshold: float = field(0.85, help="Minimum UKGE score for a candidate to be added (Yaoshi-RAG uses 0.85).")
     heads: Literal["typed", "existing"] = field("typed", help="typed: every modelled entity of a head type the relation takes; existing: only heads that already have the relation.")
@@ -82,46 +107,98 @@ def relation_types(g: Any, min_share: float) -> dict[str, dict[str, set[str]]]:
     return out
 
 
-def curated_relations(g: Any, curated_kinds: list[str]) -> set[str]:
-    """Relations whose observed triples are all supported by curated sources only."""
-    if not curated_kinds:
-        return set()
-    q = ",".join("?" * len(curated_kinds))
-    return {r for (r,) in g.conn.execute(
-        f"SELECT t.relation FROM triples t JOIN triple_sources ts ON ts.triple_id = t.id WHERE t.layer != 'completed' "
-        f"GROUP BY t.relation HAVING SUM(CASE WHEN ts.kind IN ({q}) THEN 0 ELSE 1 END) = 0", list(curated_kinds))}
+def closed_signatures(g: Any, curated_kinds: list[str], closed_formats: list[str]) -> dict[str, set[str]]:
+    """relation → head types whose observed triples all come from curated rows or closed-world formats.
+
+    A triple is open when one of its sources is neither of kind ``curated_kinds`` nor from a document
+    of a format in ``closed_formats``; a (relation, head type) with no open triple is closed.
+    """
+    kinds, fmts = list(curated_kinds) or [""], list(closed_formats) or [""]
+    qk, qf, ql = ",".join("?" * len(kinds)), ",".join("?" * len(fmts)), ",".join("?" * len(OBSERVED_LAYERS))
+    out: dict[str, set[str]] = defaultdict(set)
+    for rel, head_type, n_open in g.conn.execute(
+            f"SELECT t.relation, h.type, SUM(EXISTS (SELECT 1 FROM triple_sources ts JOIN documents d ON d.id = ts.document_id "
+            f"WHERE ts.triple_id = t.id AND ts.kind NOT IN ({qk}) AND COALESCE(d.format, '') NOT IN ({qf}))) "
+            f"FROM triples t JOIN entities h ON h.id = t.head_id WHERE t.layer IN ({ql}) GROUP BY 1, 2",
+            [*kinds, *fmts, *OBSERVED_LAYERS]):
+        if not n_open:
+            out[rel].add(head_type)
+    return dict(out)
+
+
+def observed_key(g: Any) -> str:
+    """Content key of the observed triples (ids are content hashes): what an evaluation is valid for."""
+    import hashlib
+
+    h = hashlib.sha1()
+    q = ",".join("?" * len(OBSERVED_LAYERS))
+    for (tid,) in g.conn.execute(f"SELECT id FROM triples WHERE layer IN ({q}) ORDER BY id", OBSERVED_LAYERS):
+        h.update(tid.encode())
+    return h.hexdigest()
 
 
 ProgressFn = Callable[[str, int, int], None]
 
 
-def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: ProgressFn | None = None) -> tuple[list[Candidate], dict[str, Any]]:
-    """Score candidate tails and return those at or above the threshold, best first, with a report."""
+def completable_relations(g: Any, model: UKGE, cfg: CompleteConfig, types: dict[str, dict[str, set[str]]]) -> tuple[list[str], dict[str, str]]:
+    """The relations to complete, and why each other one is not (relation → reason).
+
+    Closed (relation, head type) signatures are removed from ``types`` in place, so no head of a
+    closed type is ever scored.
+    """
+    closed_rel = set(cfg.closed_world)
+    if cfg.relations:
+        unknown = [r for r in cfg.relations if r not in model.relation_index]
+        if unknown:
+            raise BencaoError(f"relations {', '.join(unknown)}: not known to the graph's UKGE model (known: {', '.join(model.relations)})")
+        asked_closed = [r for r in cfg.relations if r in closed_rel]
+        if asked_closed:
+            raise BencaoError(f"relations {', '.join(asked_closed)}: closed-world (closed_world): their sources list them completely, so "
+                              "completing them would fabricate facts; remove them from closed_world to complete them anyway")
+        relations = list(cfg.relations)
+    else:
+        observed_counts = Counter(r for (r,) in g.conn.execute(
+            f"SELECT relation FROM triples WHERE layer IN ({','.join('?' * len(OBSERVED_LAYERS))})", OBSERVED_LAYERS))
+        relations = [r for r in model.relations if observed_counts[r] >= cfg.min_relation_triples]
+    why: dict[str, str] = {r: "closed-world relation (closed_world)" for r in relations if r in closed_rel}
+    relations = [r for r in relations if r not in closed_rel]
+    if cfg.skip_curated_relations:
+        for rel, head_types in closed_signatures(g, cfg.curated_kinds, cfg.closed_formats).items():
+            sig = types.get(rel)
+            if rel not in relations or not sig:
+                continue
+            shut = sorted(ht for ht in sig if ht in head_types)
+            for ht in shut:
+                del sig[ht]
+            if not sig:
+                why[rel] = "every source is curated or closed-world (" + ", ".join(shut) + " heads)"
+            elif shut:
+                why[f"{rel} (from {', '.join(shut)})"] = "every source is curated or closed-world"
+        relations = [r for r in relations if r not in why]
+        if cfg.relations and not relations:
+            raise BencaoError(f"relations {', '.join(cfg.relations)}: closed ({'; '.join(f'{k}: {v}' for k, v in why.items())}); "
+                              "set skip_curated_relations=false to complete them anyway")
+    return [r for r in relations if r not in set(cfg.exclude_relations)], why
+
+
+def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: ProgressFn | None = None,
+                    hidden: set[tuple[str, str, str]] | None = None) -> tuple[list[Candidate], dict[str, Any]]:
+    """Score candidate tails and return those at or above the threshold, best first, with a report.
+
+    ``hidden`` triples (an evaluation's held-out part) are treated as absent from the graph.
+    """
     import torch
 
     if not 0.0 <= cfg.threshold <= 1.0:
         raise BencaoError(f"threshold={cfg.threshold} must lie in [0, 1]")
     types = relation_types(g, cfg.min_type_share)
-    observed_counts = Counter(r for (r,) in g.conn.execute(
-        f"SELECT relation FROM triples WHERE layer IN ({','.join('?' * len(OBSERVED_LAYERS))})", OBSERVED_LAYERS))
-    skipped: list[str] = []
-    if cfg.relations:
-        unknown = [r for r in cfg.relations if r not in model.relation_index]
-        if unknown:
-            raise BencaoError(f"relations {', '.join(unknown)}: not known to the graph's UKGE model (known: {', '.join(model.relations)})")
-        relations = list(cfg.relations)
-    else:
-        relations = [r for r in model.relations if observed_counts[r] >= cfg.min_relation_triples]
-        if cfg.skip_curated_relations:
-            curated_only = curated_relations(g, cfg.curated_kinds)
-            skipped = [r for r in relations if r in curated_only]
-            relations = [r for r in relations if r not in curated_only]
-    relations = [r for r in relations if r not in set(cfg.exclude_relations)]
+    relations, closed = completable_relations(g, model, cfg, types)
 
-    # Every triple of the graph, any layer: never add one again.
+    # Every triple of the graph, any layer: never add one again (except those an evaluation hides).
     existing: dict[str, set[tuple[str, str]]] = defaultdict(set)
     for h, r, t in g.conn.execute("SELECT head_id, relation, tail_id FROM triples"):
-        existing[r].add((h, t))
+        if hidden is None or (h, r, t) not in hidden:
+            existing[r].add((h, t))
     # Types as the graph has them now (the model's copy may predate a type change).
     ent_types = {eid: typ for eid, typ in g.conn.execute("SELECT id, type FROM entities")}
     vocab = [(i, e) for i, e in enumerate(model.entities) if e in ent_types]
@@ -129,7 +206,7 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
     emb_n = torch.nn.functional.normalize(emb, dim=-1)
 
     found: list[Candidate] = []
-    report: dict[str, Any] = {"relations": {}, "skipped_curated": skipped}
+    report: dict[str, Any] = {"relations": {}, "closed": closed}
     for k, rel in enumerate(relations):
         if progress:
             progress(rel, k, len(relations))
@@ -223,8 +300,12 @@ def complete_graph(g: Any, cfg: CompleteConfig, progress: ProgressFn | None = No
     """Find candidates with the graph's saved model and add them as one derived document."""
     model = UKGE.load(g.dir)
     model_hash = UKGE.model_hash(g.dir)
+    gated: dict[str, str] = {}
+    if cfg.min_precision > 0:
+        gated = precision_gate(g, model, cfg)
+        cfg = replace(cfg, exclude_relations=[*cfg.exclude_relations, *gated])
     found, report = find_candidates(g, model, cfg, progress)
-    report.update({"model_hash": model_hash, "threshold": cfg.threshold, "document": None, "added": 0})
+    report.update({"model_hash": model_hash, "threshold": cfg.threshold, "document": None, "added": 0, "gated": gated})
     if cfg.dry_run or not found:
         report["examples"] = [asdict(c) for c in found[:20]]
         return report
@@ -246,3 +327,124 @@ def complete_graph(g: Any, cfg: CompleteConfig, progress: ProgressFn | None = No
     report["examples"] = [asdict(c) for c in found[:20]]
     g.write_manifest("complete", {"document": b.document_id, "added": report["added"], "threshold": cfg.threshold, "model_hash": model_hash})
     return report
+
+
+# --------------------------------------------------------------------------- held-out evaluation
+
+EVAL_FILE = "completion_eval.json"
+#: Settings that change what completion proposes: an evaluation is valid only for the same values.
+_EVAL_SETTINGS = ("threshold", "heads", "max_per_head", "min_type_share", "skip_inverse", "closed_world", "skip_curated_relations",
+                  "curated_kinds", "closed_formats", "min_relation_triples")
+
+
+def _settings(cfg: CompleteConfig) -> dict[str, Any]:
+    return {k: getattr(cfg, k) for k in _EVAL_SETTINGS}
+
+
+def _reindex(data: TripleData, rows: np.ndarray) -> TripleData:
+    """The ``rows`` of ``data`` with a vocabulary of only the entities and relations they use, so a
+    model trained on them has no untrained (random) embedding to propose."""
+    sub = data.triples[rows]
+    ents = np.unique(np.concatenate([sub[:, 0], sub[:, 2]]))
+    rels = np.unique(sub[:, 1])
+    e_map = np.full(len(data.entities), -1, dtype=np.int64)
+    e_map[ents] = np.arange(len(ents))
+    r_map = np.full(len(data.relations), -1, dtype=np.int64)
+    r_map[rels] = np.arange(len(rels))
+    arr = np.stack([e_map[sub[:, 0]], r_map[sub[:, 1]], e_map[sub[:, 2]]], axis=1)
+    return TripleData([data.entities[i] for i in ents], [data.entity_types[i] for i in ents], [data.relations[i] for i in rels],
+                      arr, data.targets[rows], [data.triple_ids[i] for i in rows])
+
+
+def evaluate_completion(g: Any, cfg: CompleteConfig, *, test_fraction: float = 0.1, seed: int = 0,
+                        thresholds: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95),
+                        model_config: UKGEConfig | None = None, progress: Any = None) -> dict[str, Any]:
+    """Precision and recall of completion on held-out triples (see the module docstring).
+
+    A seeded ``test_fraction`` of the triples completion could propose (open relations and head
+    types) is hidden; UKGE is trained on the other observed triples with the graph's saved model
+    settings (or ``model_config``); completion then runs with the hidden triples treated as absent.
+    A proposal is correct when it is a hidden triple. Nothing is written to the graph.
+    """
+    if not 0.0 < test_fraction < 1.0:
+        raise BencaoError(f"test_fraction={test_fraction} must lie strictly between 0 and 1")
+    saved = UKGE.load(g.dir)
+    mcfg = model_config or saved.config
+    types = relation_types(g, cfg.min_type_share)
+    relations, closed = completable_relations(g, saved, cfg, types)
+    data = load_triples(g, OBSERVED_LAYERS)
+    rel_of = np.array([data.relations[r] for r in data.triples[:, 1]], dtype=object)
+    head_type = np.array([data.entity_types[h] for h in data.triples[:, 0]], dtype=object)
+    open_rows = np.array([i for i in range(len(data)) if rel_of[i] in relations and head_type[i] in types.get(rel_of[i], {})], dtype=np.int64)
+    perm = np.random.default_rng(seed).permutation(open_rows)
+    test = perm[: int(round(test_fraction * len(perm)))]
+    train_mask = np.ones(len(data), dtype=bool)
+    train_mask[test] = False
+    seen = np.zeros(len(data.entities), dtype=bool)
+    seen[data.triples[train_mask][:, [0, 2]].ravel()] = True
+    usable = test[seen[data.triples[test, 0]] & seen[data.triples[test, 2]]]
+    train = _reindex(data, np.flatnonzero(train_mask))
+    model = train_ukge(train, mcfg, progress)
+    hidden = {(data.entities[h], data.relations[r], data.entities[t]) for h, r, t in data.triples[usable]}
+    low = min((*thresholds, cfg.threshold))
+    found, _ = find_candidates(g, model, replace(cfg, threshold=low, max_total=10 ** 9, dry_run=True), hidden=hidden)
+    held_by_rel = Counter(r for _, r, _ in hidden)
+
+    def measure(t: float) -> dict[str, Any]:
+        by: dict[str, dict[str, Any]] = {}
+        for rel in relations:
+            prop = [c for c in found if c.relation == rel and c.score >= t]
+            hit = sum((c.head_id, c.relation, c.tail_id) in hidden for c in prop)
+            by[rel] = {"proposed": len(prop), "correct": hit, "precision": round(hit / len(prop), 4) if prop else None,
+                       "hidden": held_by_rel[rel], "recall": round(hit / held_by_rel[rel], 4) if held_by_rel[rel] else None}
+        n_prop = sum(v["proposed"] for v in by.values())
+        n_hit = sum(v["correct"] for v in by.values())
+        return {"proposed": n_prop, "correct": n_hit, "precision": round(n_hit / n_prop, 4) if n_prop else None,
+                "recall": round(n_hit / len(hidden), 4) if hidden else None, "by_relation": by}
+
+    at = measure(cfg.threshold)
+    ents = g.get_entities({x for c in found[:10] for x in (c.head_id, c.tail_id)})
+    name = lambda e: ents.get(e, {}).get("name", e)  # noqa: E731
+    return {
+        "observed_key": observed_key(g), "model": asdict(mcfg), "settings": _settings(cfg), "threshold": cfg.threshold,
+        "test_fraction": test_fraction, "seed": seed, "relations": relations, "closed": closed,
+        "open_triples": int(len(open_rows)), "hidden": len(hidden), "hidden_unscorable": int(len(test) - len(usable)),
+        "train": len(train), **{k: at[k] for k in ("proposed", "correct", "precision", "recall")}, "by_relation": at["by_relation"],
+        "curve": {str(t): {k: v for k, v in measure(t).items() if k != "by_relation"} for t in sorted(set(thresholds))},
+        "top_proposals": [{"head": name(c.head_id), "relation": c.relation, "tail": name(c.tail_id), "score": round(c.score, 4),
+                           "hidden": (c.head_id, c.relation, c.tail_id) in hidden} for c in found[:10]],
+    }
+
+
+def write_evaluation(g: Any, report: dict[str, Any]) -> Path:
+    path = Path(g.dir) / MODEL_DIR / EVAL_FILE
+    atomic_write_json(path, report)
+    return path
+
+
+def precision_gate(g: Any, model: UKGE, cfg: CompleteConfig) -> dict[str, str]:
+    """Relations the held-out evaluation does not vouch for (relation → why); raises when there is no
+    evaluation, or it was made for other triples, model settings or completion settings."""
+    path = Path(g.dir) / MODEL_DIR / EVAL_FILE
+    how = (f"run `bencao graph complete --graph {g.dir} --evaluate` (same config) first, or set min_precision=0 "
+           "to complete without a measured precision")
+    if not path.exists():
+        raise BencaoError(f"{path}: completion has not been evaluated on held-out triples; {how}")
+    ev = json.loads(path.read_text(encoding="utf-8"))
+    if ev.get("observed_key") != observed_key(g):
+        raise BencaoError(f"{path}: evaluated on other triples (the graph changed since); {how}")
+    if ev.get("model") != asdict(model.config):
+        raise BencaoError(f"{path}: evaluated with other UKGE settings than the saved model's; {how}")
+    if ev.get("settings") != json.loads(json.dumps(_settings(cfg))):
+        raise BencaoError(f"{path}: evaluated with other completion settings (threshold, closed relations, ...); {how}")
+    gated: dict[str, str] = {}
+    relations, _ = completable_relations(g, model, cfg, relation_types(g, cfg.min_type_share))
+    for rel in relations:
+        m = ev.get("by_relation", {}).get(rel)
+        if m is None:
+            gated[rel] = "not in the held-out evaluation"
+        elif m["proposed"] < cfg.min_evaluated:
+            gated[rel] = f"held-out evaluation proposed {m['proposed']} (< min_evaluated {cfg.min_evaluated}): precision unmeasured"
+        elif m["precision"] < cfg.min_precision:
+            gated[rel] = f"held-out precision {m['precision']:.2f} ({m['correct']}/{m['proposed']}) < min_precision {cfg.min_precision}"
+    return gated

@@ -55,6 +55,9 @@ _LOADER_MODULES = (
     "bencao.retrieval.ingest.catalog",
     "bencao.retrieval.ingest.kb_csv",
     "bencao.retrieval.ingest.recipes",
+    "bencao.retrieval.ingest.ontology_json",
+    "bencao.retrieval.ingest.skos",
+    "bencao.retrieval.ingest.cases",
 )
 
 
@@ -138,7 +141,7 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
 
 def _title_of(path: Path) -> str:
     name = path.name
-    for suf in (".gz", ".jsonl", ".json", ".txt", ".md", ".csv", ".obo", ".owl"):
+    for suf in (".gz", ".jsonl", ".json", ".txt", ".md", ".csv", ".obo", ".owl", ".ttl", ".rdf", ".jsonld", ".yaml", ".yml"):
         if name.endswith(suf):
             name = name[: -len(suf)]
     return name

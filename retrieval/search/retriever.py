@@ -26,7 +26,7 @@ from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.build import Indexes
 from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
-from bencao.retrieval.search.layers import cross_layer, therapy_retrieve
+from bencao.retrieval.search.layers import case_therapy, cross_layer, therapy_retrieve
 from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
@@ -226,6 +226,7 @@ class Retriever:
             self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
         if cfg.layers.enabled and cfg.layers.therapy:
             merge_snippets(therapy_retrieve(self.g, self.ix, question, beam=cfg.layers.beam, n_snippets=cfg.layers.therapy_snippets))
+            merge_snippets(case_therapy(self.g, self.ix, question).snippets())  # MLKG case layer: disease tree → leaf's cases (patient-filtered)
         for s in snippets.values():  # fused strategy scores; raw BM25 / cosine values are kept for reading, not summed
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)

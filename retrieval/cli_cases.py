@@ -1,0 +1,197 @@
+"""`bencao graph cases ...` and `bencao graph link-layers`: the clinical-case layer of TCM MLKG-RAG.
+
+Plain typer commands; ``retrieval/cli.py`` mounts them on its ``graph`` sub-app.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+cases_app = typer.Typer(help="The clinical-case layer (MLKG-RAG): patient index, disease-tree classification, therapy retrieval.",
+                        no_args_is_help=True)
+
+GRAPH = typer.Option(..., "--graph", "-g", help="Graph directory.")
+CONFIG = typer.Option(None, "--config", "-c", help="Cases YAML (keys of CasesConfig, e.g. configs/cases/cases.yaml); built-in defaults when omitted.")
+SET = typer.Option(None, "--set", "-s", help="Override key=value (repeatable), e.g. similarity=lexical beam=2.")
+RCONFIG = typer.Option(None, "--retrieval-config", help="Retrieval YAML whose `index` block names the embedder (default: the one the graph's index was built with).")
+AGE = typer.Option(None, "--age-group", help="Age group: elderly/老年, middle_aged/中年, young_adult/青年, adolescent/青少年, child/儿童, infant/婴幼儿.")
+SEX = typer.Option(None, "--sex", help="male/男/M or female/女/F.")
+HISTORY = typer.Option(None, "--history", help="A past-history term the case must record (repeatable), e.g. 高血压.")
+
+
+def _cfg(config: Optional[Path], sets: Optional[list[str]]):
+    from bencao.config import load_config
+    from bencao.retrieval.search.cases import CasesConfig
+
+    return load_config(CasesConfig, config, list(sets or []))
+
+
+def _indexes(g, rconfig: Optional[Path]):
+    """The graph's indexes (None when it has none): the embedder the similarity may use."""
+    from bencao.retrieval.index import open_indexes
+
+    if not ((g.dir / "index").exists() or (g.dir / "lexical").exists()):
+        return None
+    return open_indexes(g, str(rconfig) if rconfig else None)
+
+
+@cases_app.command("list")
+def list_cases(
+    graph: Path = GRAPH,
+    age_group: Optional[str] = AGE,
+    sex: Optional[str] = SEX,
+    history: Optional[list[str]] = HISTORY,
+    as_json: bool = typer.Option(False, "--json", help="Print the matching cases as JSON."),
+) -> None:
+    """The patient index: cases filtered by age group, sex and past history."""
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.search.cases import PatientIndex
+
+    with Graph.open(graph, read_only=True) as g:
+        index = PatientIndex.of(g)
+        ids = index.filter(age_group, sex, history or None)
+        rows = [index.cases[i] for i in ids]
+    if as_json:
+        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"{len(rows)} of {len(index.cases)} cases")
+    for r in rows[:200]:
+        hist = "、".join(r.get("history") or []) or "–"
+        typer.echo(f"  {r['name']}  [{r['id']}]  {r.get('sex') or '–'} · {r.get('age_group') or '–'}"
+                   f"{' · ' + str(r['age']) if r.get('age') is not None else ''} · history: {hist}")
+
+
+@cases_app.command("classify")
+def classify(
+    graph: Path = GRAPH,
+    config: Optional[Path] = CONFIG,
+    set_: Optional[list[str]] = SET,
+    retrieval_config: Optional[Path] = RCONFIG,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Report the classification without writing it."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
+) -> None:
+    """File every case under one leaf of the disease tree (replaces the previous classification)."""
+    from rich.progress import Progress
+
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.search.cases import classify_cases
+
+    cfg = _cfg(config, set_)
+    llm = None
+    if cfg.llm_classifier:
+        if cfg.llm is None:
+            from bencao.errors import ConfigError
+
+            raise ConfigError("llm_classifier=true needs an llm block (e.g. --set llm.model=... --set llm.base_url=...)")
+        from bencao.llm import make_client
+
+        client = make_client(cfg.llm, default_cache=graph / "cache" / "llm_cache.sqlite")
+        llm = lambda prompt: client.complete([{"role": "user", "content": prompt}], **cfg.llm.params()).text  # noqa: E731
+    from bencao.retrieval.graph.versions import writer_lock
+
+    with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
+        ix = _indexes(g, retrieval_config)
+        with Progress(transient=True) as prog:
+            task = prog.add_task("classifying cases", total=None)
+            report = classify_cases(g, ix, cfg, llm=llm, dry_run=dry_run, progress=lambda i, n: prog.update(task, completed=i, total=n))
+        if report.get("document"):
+            from bencao.retrieval.index import refresh_indexes
+
+            refresh_indexes(g)
+    if as_json:
+        typer.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    head = "would file" if dry_run else "filed"
+    typer.echo(f"{head} {report['classified']} of {report['cases']} cases under {report['tree']} (similarity: {report['similarity']}; "
+               + ", ".join(f"{k}: {v}" for k, v in report["by_method"].items()) + ")")
+    for leaf, n in sorted(report["by_leaf"].items(), key=lambda x: -x[1]):
+        typer.echo(f"  {leaf}: {n}")
+    if report["unclassified"]:
+        typer.echo(f"  not classified (no disease information matches a class): {len(report['unclassified'])}")
+    if report.get("document"):
+        typer.echo(f"document {report['document']} (remove with `bencao graph remove {report['document']} --graph {graph}`)")
+
+
+@cases_app.command("therapy")
+def therapy(
+    question: str = typer.Argument(..., help="The consultation: patient and complaint, e.g. '女，68岁，有高血压史。口干多饮，小便频数。'"),
+    graph: Path = GRAPH,
+    config: Optional[Path] = CONFIG,
+    set_: Optional[list[str]] = SET,
+    retrieval_config: Optional[Path] = RCONFIG,
+    age_group: Optional[str] = AGE,
+    sex: Optional[str] = SEX,
+    history: Optional[list[str]] = HISTORY,
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON result."),
+) -> None:
+    """Therapy retrieval: descend the disease tree by Σ similarity, return the leaf's cases for this patient."""
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.search.case_entities import PatientInfo
+    from bencao.retrieval.search.layers import case_therapy
+
+    cfg = _cfg(config, set_)
+    with Graph.open(graph, read_only=True) as g:
+        ix = _indexes(g, retrieval_config)
+        res = case_therapy(g, ix, question, cfg, patient=PatientInfo(age_group, sex, None, list(history or [])))
+    if as_json:
+        typer.echo(json.dumps(res.to_dict(), ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"patient: {res.patient or '–'}; disease information: {'、'.join(res.disease) or '–'} (similarity: {res.similarity})")
+    for level, classes in enumerate(res.path, start=1):
+        typer.echo(f"  level {level}: " + ", ".join(f"{c['name']} ({c['score']:.3f})" for c in classes))
+    for c in res.cases:
+        typer.echo(f"\n[{c['name']}] score {c['score']:.3f}; patient matches: {', '.join(c['patient_match']) or 'nothing asked/none'}")
+        if c.get("snippet"):
+            typer.echo("  " + c["snippet"]["text"].replace("\n", "\n  "))
+        for e in c["explanations"][:5]:
+            typer.echo(f"  · {e['name']}: {(e.get('description') or '')[:120]} (cos {e['score']:.2f})")
+    for note in res.notes:
+        typer.echo(f"note: {note}")
+
+
+def link_layers_command(
+    graph: Path = GRAPH,
+    source: str = typer.Option(..., "--source", help="Layer whose entities are linked (e.g. terminology)."),
+    target: str = typer.Option(..., "--target", help="Layer linked to (e.g. case)."),
+    delta: float = typer.Option(0.35, "--delta", help="Link when the cosine distance to the nearest target entity is below this."),
+    retrieval_config: Optional[Path] = typer.Option(None, "--config", "-c", help="Retrieval YAML whose `index` block names the embedder (default: the one the graph's index was built with)."),
+    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Index override key=value, e.g. index.embedder.languages=[en,zh]."),
+) -> None:
+    """MLKG-RAG's cross-layer links: each source entity → its nearest target entity when closer than δ.
+
+    Texts are embedded through the index's embedding cache. The default embedder (MiniLM, English
+    only) cannot read Chinese entities: they are skipped and counted; use a multilingual embedder
+    (configs/retrieval/multilingual.yaml) to link them. Replaces the previous links of the pair.
+    """
+    from bencao.errors import BencaoError
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index import open_indexes
+    from bencao.retrieval.search.config import load_retrieval_config
+    from bencao.retrieval.search.layers import link_layers
+
+    from bencao.retrieval.graph.versions import writer_lock
+
+    with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
+        if set_ or retrieval_config:
+            ix = open_indexes(g, load_retrieval_config(retrieval_config, list(set_ or [])).index)
+        elif (g.dir / "index").exists() or (g.dir / "lexical").exists():
+            ix = open_indexes(g)
+        else:
+            raise BencaoError(f"{graph}: no index (the embedder is recorded there); build one with `bencao graph index --graph {graph}` or give --config")
+        from rich.console import Console
+
+        con = Console(stderr=True)
+        with con.status(f"linking {source} → {target} ..."):
+            report = link_layers(g, ix, source_layer=source, target_layer=target, delta=delta)
+    typer.echo(f"{report['links']} links {source} → {target} (δ={delta}) with {report['embedder']}: "
+               f"{report['source']} source and {report['target']} target entities readable by the embedder"
+               + (f"; document {report['document']}" if report["document"] else ""))
+    for side, layer in (("source", source), ("target", target)):
+        if report[f"{side}_unreadable"]:
+            typer.echo(f"  skipped {report[f'{side}_unreadable']} {layer} entities the embedder cannot read (its languages: "
+                       f"{', '.join(report['languages'])}); link Chinese entities with a multilingual embedder, e.g. "
+                       f"--config configs/retrieval/multilingual.yaml (bge-m3)")

@@ -1,0 +1,152 @@
+"""SKOS concept schemes (Turtle, RDF/XML, JSON-LD, N-Triples, N3, TriG), read with rdflib.
+
+Every ``skos:Concept`` (and anything else with a ``skos:prefLabel``) becomes an entity, layer
+``terminology``:
+
+- id: the concept's IRI as a CURIE when a prefix the file binds covers it (``agrovoc:c_1234``;
+  OBO PURLs ``…/obo/FOODON_0001`` → ``FOODON:0001``), else the full IRI; it is also an ``xref`` alias;
+- name: the ``skos:prefLabel`` in the first language of the ``lang`` option (default
+  ``en,zh,*``: English, then Chinese, then untagged, then any other); the other prefLabels and every
+  ``skos:altLabel`` become ``synonym`` aliases, ``skos:hiddenLabel`` ``variant`` aliases;
+- ``skos:definition`` (same language choice) → description; ``skos:notation`` and
+  ``skos:exactMatch`` targets → ``xref`` aliases (identifiers: ``graph integrate`` merges on them);
+  ``skos:closeMatch`` targets and the ``skos:inScheme`` scheme → attributes;
+- ``skos:broader`` (and the inverse of ``skos:narrower``) → a triple of relation ``broader_relation``
+  (default ``is_a``: the hierarchy the linker's specificity rule walks), ``skos:related`` →
+  ``related_to``; confidence 1.0, layer ``imported``; targets absent from the file are counted
+  (``targets_not_in_file``) and skipped.
+
+Type: option ``entity_type`` (default: from the CURIE prefix, ``concept`` when unknown). The RDF
+syntax comes from the file name (``.ttl``, ``.rdf``/``.xml``/``.owl``, ``.jsonld``, ``.nt``,
+``.n3``, ``.trig``) or the option ``rdf_format``. Nothing is fetched from the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from bencao.errors import InputError
+from bencao.io import check_name, decode_text, read_bytes, set_record
+from bencao.retrieval.graph.store import DocumentBuilder
+from bencao.retrieval.ingest.ontology import type_of_curie
+from bencao.retrieval.ingest.registry import register
+
+_SUFFIX_FORMATS = {".ttl": "turtle", ".turtle": "turtle", ".rdf": "xml", ".xml": "xml", ".owl": "xml", ".jsonld": "json-ld",
+                   ".json": "json-ld", ".nt": "nt", ".n3": "n3", ".trig": "trig", ".nq": "nquads"}
+_OBO = "http://purl.obolibrary.org/obo/"
+
+
+def rdf_format(path: Path, options: dict[str, Any]) -> str:
+    if options.get("rdf_format"):
+        return str(options["rdf_format"])
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    suffix = Path(name).suffix.lower()
+    if suffix not in _SUFFIX_FORMATS:
+        raise InputError(path, f"cannot tell the RDF syntax from {suffix or 'no suffix'!r}; give -o rdf_format=turtle|xml|json-ld|nt|n3|trig")
+    return _SUFFIX_FORMATS[suffix]
+
+
+def parse_rdf(path: Path, fmt: str) -> Any:
+    """An rdflib Graph of the file; every failure becomes an :class:`InputError` naming the file."""
+    import rdflib
+
+    raw = read_bytes(path)
+    if not raw.strip():
+        raise InputError(path, "empty file")
+    data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
+    rdf = rdflib.Graph()
+    try:
+        rdf.parse(data=data, format=fmt, publicID=path.resolve().as_uri())
+    except Exception as exc:  # noqa: BLE001 - rdflib's parsers raise many unrelated types
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        line = getattr(exc, "lines", None) or getattr(exc, "lineno", None)
+        raise InputError(path, f"malformed {fmt}: {msg[:300]}", record=f"line {line}" if isinstance(line, int) else None) from None
+    return rdf
+
+
+def _curie(rdf: Any, iri: str) -> str:
+    if iri.startswith(_OBO) and "_" in iri[len(_OBO):]:
+        local = iri[len(_OBO):]
+        return local.replace("_", ":", 1)
+    best = None
+    for prefix, ns in rdf.namespaces():
+        ns = str(ns)
+        if prefix and iri.startswith(ns) and len(iri) > len(ns) and (best is None or len(ns) > len(best[1])):
+            best = (prefix, ns)
+    if best and not best[0].startswith(("ns", "default")) and best[0] not in ("skos", "rdf", "rdfs", "owl", "xsd", "xml", "dc", "dcterms"):
+        return f"{best[0]}:{iri[len(best[1]):]}"
+    return iri
+
+
+def _pick(literals: list[Any], langs: list[str]) -> Any:
+    """The literal in the first preferred language ('*' = untagged), else the first in sorted order."""
+    by_lang: dict[str, list[Any]] = {}
+    for lit in sorted(literals, key=lambda x: (str(getattr(x, "language", "") or ""), str(x))):
+        by_lang.setdefault(str(getattr(lit, "language", "") or "").lower(), []).append(lit)
+    for lang in langs:
+        key = "" if lang == "*" else lang.lower()
+        for tag, lits in by_lang.items():
+            if tag == key or (key and tag.split("-")[0] == key):
+                return lits[0]
+    return next(iter(by_lang.values()))[0] if by_lang else None
+
+
+@register("skos", kind="ontology", options=("lang", "entity_type", "broader_relation", "rdf_format"),
+          description="SKOS concepts via rdflib (Turtle, RDF/XML, JSON-LD, ...): prefLabel/altLabel/hiddenLabel, definition, broader → is_a, exactMatch xrefs")
+def load_skos(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
+    from rdflib import RDF, URIRef
+    from rdflib.namespace import SKOS
+
+    rdf = parse_rdf(path, rdf_format(path, options))
+    langs = [x.strip() for x in str(options.get("lang") or "en,zh,*").split(",") if x.strip()]
+    broader_rel = str(options.get("broader_relation") or "is_a")
+    subjects = {s for s in rdf.subjects(RDF.type, SKOS.Concept) if isinstance(s, URIRef)}
+    subjects |= {s for s in rdf.subjects(SKOS.prefLabel, None) if isinstance(s, URIRef)}
+    if not subjects:
+        raise InputError(path, "no SKOS concept in the file (nothing typed skos:Concept or carrying a skos:prefLabel)")
+    ids = {s: _curie(rdf, str(s)) for s in subjects}
+    unnamed = 0
+    for s in sorted(subjects, key=str):
+        eid = ids[s]
+        prefs = list(rdf.objects(s, SKOS.prefLabel))
+        label = _pick(prefs, langs)
+        if label is None or not str(label).strip():
+            unnamed += 1
+            name = eid
+        else:
+            set_record(f"concept {eid}")
+            name = check_name(str(label), "prefLabel")
+        aliases = [(str(x), "synonym") for x in sorted(prefs, key=str) if x != label]
+        aliases += [(str(x), "synonym") for x in sorted(rdf.objects(s, SKOS.altLabel), key=str)]
+        aliases += [(str(x), "variant") for x in sorted(rdf.objects(s, SKOS.hiddenLabel), key=str)]
+        aliases += [(str(x), "xref") for x in sorted(rdf.objects(s, SKOS.notation), key=str)]
+        aliases += [(_curie(rdf, str(x)), "xref") for x in sorted(rdf.objects(s, SKOS.exactMatch), key=str)]
+        aliases.append((eid, "xref"))
+        if eid != str(s):
+            aliases.append((str(s), "xref"))
+        attrs: dict[str, Any] = {}
+        close = sorted(_curie(rdf, str(x)) for x in rdf.objects(s, SKOS.closeMatch))
+        if close:
+            attrs["close_match"] = close
+        schemes = sorted(_curie(rdf, str(x)) for x in rdf.objects(s, SKOS.inScheme))
+        if schemes:
+            attrs["scheme"] = schemes
+        definition = _pick(list(rdf.objects(s, SKOS.definition)), langs)
+        b.entity(name, str(options.get("entity_type") or type_of_curie(eid)), id=eid, layer="terminology",
+                 description=str(definition).strip() if definition is not None and str(definition).strip() else None,
+                 aliases=aliases, attributes=attrs or None)
+    b.relation(broader_rel, "broader concept (SKOS hierarchy)")
+    edges: set[tuple[str, str, str]] = set()
+    missing = 0
+    for s in subjects:
+        for child, rel, parent in ([(s, broader_rel, o) for o in rdf.objects(s, SKOS.broader)]
+                                   + [(o, broader_rel, s) for o in rdf.objects(s, SKOS.narrower)]
+                                   + [(s, "related_to", o) for o in rdf.objects(s, SKOS.related)]):
+            if child in ids and parent in ids and child != parent:
+                edges.add((ids[child], rel, ids[parent]))
+            else:
+                missing += 1
+    for h, rel, t in sorted(edges):
+        b.triple(h, rel, t, confidence=1.0, layer="imported", origin="skos")
+    b.meta.update({"concepts": len(subjects), "edges": len(edges), "targets_not_in_file": missing, "concepts_without_label": unnamed})
