@@ -10,7 +10,8 @@ true/false (and a ``reason`` for every false). Prints per family: triples judged
 in a later folder replaces the earlier one (the default, ``round2`` then ``round3``, is how the
 reported table was made: every family from a fresh sample after the development round, the two
 indication families from a second fresh sample after their rules changed again). Refuses a file
-with an unjudged line or a false without a reason.
+with an unjudged line or a false without a reason. The table the loaders use to pick their default
+families, ``bencao.retrieval.ingest.precision.MEASURED``, must match this script's output (a test checks it).
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import math
 import sys
 from pathlib import Path
 
-BAR = 0.90
-ORDER = ("flavour_nature", "toxicity", "meridian", "treats", "effect", "alias", "formula_composition", "formula_treats")
+from bencao.retrieval.ingest.precision import FAMILIES as ORDER
+from bencao.retrieval.ingest.precision import PRECISION_BAR as BAR
 
 
 def wilson(k: int, n: int, z: float = 1.959964) -> tuple[float, float]:
@@ -87,7 +88,7 @@ def main() -> None:
         for r in rows:
             g = f"{r['in_graph']:,}" if r["in_graph"] is not None else "—"
             print(f"| {r['family']} | {r['judged']} | {r['precision']:.1%} | {r['wilson_low']:.1%}–{r['wilson_high']:.1%} | {g} | "
-                  f"{r['sample']} | {'yes' if r['loaded_by_default'] else 'no (all_families: true)'} |")
+                  f"{r['sample']} | {'yes' if r['loaded_by_default'] else 'no (families: all)'} |")
     else:
         print(json.dumps(rows, ensure_ascii=False, indent=1))
 

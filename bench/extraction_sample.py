@@ -8,7 +8,10 @@ snippet id, ``source``: the sentence(s) of the snippet that state it (the snippe
 tail) and ``snippet``: the whole snippet, for when the window is not enough. ``judgment`` (true/false) and
 ``reason`` (required when false) are left empty for a reader to fill in; an existing file is
 never overwritten (``--force`` to replace it). ``bench/extraction_precision.py`` recomputes
-precision from the judged files.
+precision from the judged files. ``<out>/graph_counts.json`` records the graph, seed, triples per family,
+the commit the graph was built with (``--commit``; default this checkout's, ``+dirty`` when
+retrieval/ingest has uncommitted changes) and when its build finished (the graph's manifest), so a
+reader can tell which rules a sample measures.
 
 Families: flavour_nature (has_flavour, has_nature), toxicity, meridian (enters_meridian), treats
 and effect (substance → symptom/effect, materia-medica extractor), alias (一名 aliases, kind
@@ -24,6 +27,7 @@ import json
 import random
 import re
 import sqlite3
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +114,27 @@ def sample_aliases(con: sqlite3.Connection, n: int, rng: random.Random) -> list[
     return out
 
 
+def checkout_commit() -> str:
+    """This checkout's commit, ``+dirty`` when the extractors' code has uncommitted changes ('' outside git)."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "retrieval/ingest"], cwd=repo, capture_output=True, text=True,
+                               check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+dirty" if dirty else "")
+
+
+def built_at(graph: Path) -> str | None:
+    """When the graph's last build finished (its manifest's history)."""
+    try:
+        history = json.loads((graph / "manifest.json").read_text(encoding="utf-8")).get("history", [])
+    except (OSError, ValueError):
+        return None
+    return next((h.get("at") for h in reversed(history) if h.get("op") == "build"), None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--graph", required=True, help="built graph directory")
@@ -118,6 +143,8 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "extraction_precision"), help="output folder")
     ap.add_argument("--families", nargs="*", default=[*FAMILIES, ALIAS_FAMILY], help="families to sample")
     ap.add_argument("--force", action="store_true", help="replace existing sample files (their judgments are lost)")
+    ap.add_argument("--commit", default=None, help="the commit the graph was built with (recorded; default: this checkout's, "
+                                                   "+dirty when retrieval/ingest has uncommitted changes)")
     args = ap.parse_args()
     con = sqlite3.connect(f"file:{Path(args.graph) / 'graph.sqlite'}?mode=ro", uri=True)
     out = Path(args.out)
@@ -135,7 +162,9 @@ def main() -> None:
                 fh.write(json.dumps(r, ensure_ascii=False) + "\n")
         print(f"{fam}: {len(rows)} sampled of {counts[fam]:,} → {path}")
     (out / "graph_counts.json").write_text(json.dumps({"graph": str(Path(args.graph).resolve()), "seed": args.seed, "n": args.n,
-                                                       "triples_per_family": counts}, ensure_ascii=False, indent=1) + "\n",
+                                                       "triples_per_family": counts,
+                                                       "commit": args.commit if args.commit is not None else checkout_commit(),
+                                                       "built_at": built_at(Path(args.graph))}, ensure_ascii=False, indent=1) + "\n",
                                            encoding="utf-8")
 
 

@@ -47,7 +47,7 @@ class GraphBuildConfig:
     index: bool = field(True, help="Build the retrieval indexes after ingestion.")
     index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`, or `repo:PATH`); the built-in defaults when empty.")
     options: dict[str, dict[str, Any]] = field(default_factory=dict, help="Loader options by format, applied to every source of that format "
-                                                                          "over its own (e.g. options.books-txt.all_families=true on the command line).")
+                                                                          "over its own (e.g. options.books-txt.families=all on the command line).")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import pytest
 from bencao.cli import main
 from bencao.retrieval.build import load_build_config, resolve_sources
 from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.ingest.precision import DEFAULT_FAMILIES, FAMILIES
 
 BOOKS = ("000-神农本草经.txt", "457-伤寒论.txt")
 
@@ -94,3 +95,41 @@ def test_each_book_gets_the_extractor_its_title_or_markup_calls_for(built):
         # 伤寒论's 桂枝汤, its herbs resolved to the catalogue's and 神农本草经's substances
         gz = g.find_entity_id("桂枝汤", "formula")
         assert {"芍药", "甘草", "大枣"} <= {t["tail"] for t in g.triples_of(gz, "out", "has_ingredient")}
+
+
+def _extracted_families(graph) -> dict[str, int]:
+    """Triples (and book aliases) the pattern extractors wrote, by precision family."""
+    from bencao.retrieval.ingest import formulas as fx
+    from bencao.retrieval.ingest import materia_medica as mm
+
+    by_origin = {mm.ORIGIN: mm.FAMILIES, fx.ORIGIN: fx.FAMILIES}
+    out: dict[str, int] = {}
+    with Graph.open(graph) as g:
+        for t in g.iter_triples():
+            for origin in {s["origin"] for s in g.triple_sources_of(t["id"])} & set(by_origin):
+                fam = by_origin[origin][t["relation"]]
+                out[fam] = out.get(fam, 0) + 1
+        n_alias = sum(1 for *_, kind in g.iter_aliases() if kind == "book_synonym")
+    if n_alias:
+        out["alias"] = n_alias
+    return out
+
+
+def test_the_recipe_writes_the_default_families_and_reports_them(built):
+    assert set(_extracted_families(built)) == DEFAULT_FAMILIES - {"meridian"}  # 神农本草经 states no 归经
+    for line in (built / "reports" / "books.jsonl").read_text(encoding="utf-8").splitlines():
+        assert json.loads(line)["extractors"]["families"] == [f for f in FAMILIES if f in DEFAULT_FAMILIES]
+
+
+def test_a_family_switched_off_writes_no_triples_of_it(built, tmp_path, slice_dir, repo):
+    graph = tmp_path / "two_families"
+    rc = main(["graph", "build", "--config", str(repo / "configs" / "graph" / "classics.yaml"), "--graph", str(graph),
+               f"root={slice_dir}", "index=false", "options.books-txt.families=[flavour_nature,formula_composition]"])
+    assert rc == 0
+    every, two = _extracted_families(built), _extracted_families(graph)
+    assert every["treats"] > 300 and every["formula_treats"] > 100 and every["alias"] > 50  # the slice has them all
+    assert two == {"flavour_nature": every["flavour_nature"], "formula_composition": every["formula_composition"]}
+    with Graph.open(graph) as g:  # the catalogue's and 食疗方's own triples stay
+        assert g.stats()["by_relation"].get("treats", 0) > 0
+    rows = [json.loads(line) for line in (graph / "reports" / "books.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [r["extractors"]["families"] for r in rows] == [["flavour_nature", "formula_composition"]] * 2

@@ -241,6 +241,8 @@ def test_bad_options_are_refused(tmp_path):
         ingest_file(g, "books-txt", SHILIAO, {"materia_medica": "yes please"})
     with pytest.raises(BencaoError, match="no option"):
         ingest_file(g, "books-txt", SHILIAO, {"chunk": 3})
+    with pytest.raises(BencaoError, match="families: unknown family dosage"):
+        ingest_file(g, "books-txt", SHILIAO, {"materia_medica": True, "families": ["treats", "dosage"]})
     assert g.counts()["documents"] == 0
 
 

@@ -42,11 +42,12 @@ from bencao.io import iter_jsonl, read_text
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.book_kinds import check_mode, formulas_reason, materia_medica_reason
 from bencao.retrieval.ingest.book_report import BookAccount, nonws
+from bencao.retrieval.ingest.precision import DEFAULT_FAMILIES, FAMILIES, select_families
 from bencao.retrieval.ingest.text_reader import TextLines
 from bencao.retrieval.ingest.registry import _title_of, register
 from bencao.text import chunk_text, count_tokens
 
-BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "all_families", "encoding")
+BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "families", "encoding")
 
 
 @dataclass
@@ -55,8 +56,10 @@ class BookOptions:
     materia_medica: bool | str = field(False, help="Run the LLM-free materia-medica pattern extractor: true, false, or auto "
                                                     "(herbals and food-therapy books by title or markup, see book_kinds).")
     formulas: bool | str = field(False, help="Run the LLM-free formula extractor: true, false, or auto (formula books by title or markup).")
-    all_families: bool = field(False, help="Also write the relation families whose measured precision is below 90 % "
-                                           "(off by default; see the README's extraction-precision table).")
+    families: frozenset[str] = field(DEFAULT_FAMILIES, help="Relation families the extractors write: default (those measured at or "
+                                                             "above 90 %, see precision.MEASURED and the README's table), all, or a "
+                                                             "list (flavour_nature, toxicity, meridian, treats, effect, alias, "
+                                                             "formula_composition, formula_treats).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
 
 
@@ -73,10 +76,8 @@ def parse_options(options: dict[str, Any]) -> BookOptions:
                 setattr(opts, key, check_mode(key, options[key]))
             except ValueError as exc:
                 raise BencaoError(str(exc)) from None
-    if "all_families" in options:
-        if not isinstance(options["all_families"], bool):
-            raise BencaoError(f"option all_families={options['all_families']!r}: expected true or false")
-        opts.all_families = options["all_families"]
+    if "families" in options:
+        opts.families = select_families(options["families"])
     if options.get("encoding"):
         opts.encoding = str(options["encoding"])
     return opts
@@ -473,11 +474,9 @@ def _extract(b: DocumentBuilder, title: str, written: list[tuple[str, str, list[
 
 
 def _relations(families: dict[str, str], opts: BookOptions) -> list[str]:
-    """The relations to write: all with ``all_families``, else those of families at or above the precision bar."""
-    from bencao.retrieval.ingest.precision import BELOW_BAR
-
-    rels = [r for r, fam in families.items() if opts.all_families or fam not in BELOW_BAR]
-    if opts.all_families or "alias" not in BELOW_BAR:
+    """The relations of an extractor (relation → family) whose family the book's ``families`` option selects."""
+    rels = [r for r, fam in families.items() if fam in opts.families]
+    if "alias" in opts.families:
         rels.append("aliases")
     return rels
 
@@ -521,7 +520,8 @@ def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOpti
         if "accounting" in s:
             summary["accounting"] = {**s["accounting"], "max_snippet_tokens": s["max_snippet_tokens"]}
         if s.get("extractors"):
-            summary["extractors"] = {"chosen_by": s["extractors"], **{k: s[k] for k in totals if k in s}}
+            summary["extractors"] = {"chosen_by": s["extractors"], "families": [f for f in FAMILIES if f in opts.families],
+                                     **{k: s[k] for k in totals if k in s}}
         summaries.append(summary)
         for k in totals:
             totals[k].update(s.get(k, {}))
@@ -545,7 +545,7 @@ def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOpti
 
 
 @register("books-txt", kind="book", options=BOOK_OPTIONS,
-          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030, .gz ok); options max_tokens, materia_medica, formulas, all_families, encoding")
+          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030, .gz ok); options max_tokens, materia_medica, formulas, families, encoding")
 def load_books_txt(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     lines = TextLines(path, opts.encoding)
@@ -558,15 +558,15 @@ def load_books_txt(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> N
 
 
 @register("books-md", kind="book", options=BOOK_OPTIONS,
-          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, formulas, all_families, encoding")
+          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, formulas, families, encoding")
 def load_books_md(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     book = parse_markdown(read_text(path, opts.encoding), path, _title_of(path))
     _finish(b, path, [book], opts)
 
 
-@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "all_families"),
-          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica, formulas, all_families")
+@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "families"),
+          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica, formulas, families")
 def load_sections_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     _finish(b, path, parse_sections_jsonl(path), opts)
