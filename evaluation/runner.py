@@ -35,6 +35,21 @@ def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> di
     return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg}
 
 
+def _flat(value: Any, prefix: str) -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        return {k: v for key, sub in value.items() for k, v in _flat(sub, f"{prefix}.{key}" if prefix else str(key)).items()}
+    return {prefix: value}
+
+
+def _differences(key: str, old: Any, new: Any, limit: int = 3) -> str:
+    """``config.retrieval.layers.therapy was true, now false`` — the first few keys that differ, not the whole config."""
+    a, b = _flat(old, key), _flat(new, key)
+    diff = [k for k in sorted(set(a) | set(b)) if a.get(k, "<unset>") != b.get(k, "<unset>")]
+    shown = "; ".join(f"{k} was {json.dumps(a.get(k), ensure_ascii=False)[:80]}, now {json.dumps(b.get(k), ensure_ascii=False)[:80]}"
+                      for k in diff[:limit])
+    return shown + (f"; and {len(diff) - limit} more" if len(diff) > limit else "")
+
+
 def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restart: bool) -> dict[str, Any]:
     run_path = out / RUN
     hashes = {b.name: file_hash(b.path) for b in benches}
@@ -45,7 +60,7 @@ def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restar
         old = json.loads(run_path.read_text(encoding="utf-8"))
         for key in ("system", "graph", "config"):
             if old.get(key) != identity[key]:
-                raise BencaoError(f"{out}: holds predictions of another run ({key} was {json.dumps(old.get(key), ensure_ascii=False)}); "
+                raise BencaoError(f"{out}: holds predictions of another run ({_differences(key, old.get(key), identity[key])}); "
                                   "use another --out, or --restart to discard them")
         for name, h in hashes.items():
             if name in old.get("benches", {}) and old["benches"][name] != h:

@@ -99,7 +99,7 @@ def test_limit_then_full_run_and_changed_settings_are_refused(tmp_path):
     out = tmp_path / "out"
     assert evaluate([bench], "random", None, out, EvalConfig(n_resamples=0), limit=5, progress=False)["mcq_a"]["missing"] == 20
     assert "missing" not in evaluate([bench], "random", None, out, EvalConfig(n_resamples=0), progress=False)["mcq_a"]
-    with pytest.raises(BencaoError, match=r"holds predictions of another run \(config was"):
+    with pytest.raises(BencaoError, match=r"holds predictions of another run \(config.eval.seed was 0, now 1\)"):
         evaluate([bench], "random", None, out, EvalConfig(seed=1), progress=False)
     write_bench(path, 26)
     with pytest.raises(BencaoError, match="benchmark 'mcq_a' changed since its predictions were written"):

@@ -95,7 +95,7 @@ def plan_cmd(
 
 def export_cmd(
     model: Path = typer.Option(..., "--model", "-m", help="Training output dir (LoRA adapter or full model; LM or sentence-transformer)."),
-    out: Path = typer.Option(..., "--out", "-o", help="Export directory (merged safetensors, tokenizer, generation config, README.md)."),
+    out: Path = typer.Option(..., "--out", "--output", "-o", help="Export directory (merged safetensors, tokenizer, generation config, README.md)."),
     base: Optional[str] = typer.Option(None, "--base", help="Base model to merge into (default: the one recorded at training)."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Hub repo id to upload to (token from HF_TOKEN)."),
     private: bool = typer.Option(False, "--private", help="Create the hub repo private."),
