@@ -58,7 +58,7 @@ eval: $(VENV)/.installed-dev
 
 # The classics corpus graph and the LLM-free dev evaluation on it (README "The classics corpus"). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and
-# ingestion code (on 2 cores about 25 min); then TCMBench, CMMLU-TCM and TCM-BEST4SDT → $(CORPUS_OUT)/report.md.
+# ingestion code (on 2 cores about 16 min); then TCMBench, CMMLU-TCM and TCM-BEST4SDT → $(CORPUS_OUT)/report.md.
 # An interrupted run resumes; LIMIT=N scores the first N records of each file; RESTART=1 discards earlier
 # predictions (needed after the graph was rebuilt: they belong to the old one).
 CORPUS ?= ../shared/data/corpus/tcm_ancient_books
