@@ -69,13 +69,24 @@ def to_simplified(text: str) -> str:
     return _t2s().convert(text)
 
 
-@functools.lru_cache(maxsize=200_000)
+#: Texts up to this length (names, aliases, short queries) have their keys cached; longer ones (the
+#: snippets an index build analyses once each) are not: 200 k cached corpus snippets held 113 MiB.
+NORM_CACHE_MAX_CHARS = 64
+
+
 def norm_key(text: str) -> str:
     """The matching key of a name: NFKC, punctuation folded, lower-case, simplified, whitespace collapsed."""
+    return _norm_key_cached(text) if len(text) <= NORM_CACHE_MAX_CHARS else _norm_key(text)
+
+
+def _norm_key(text: str) -> str:
     s = half_width(text).translate(_PUNCT).casefold()
     s = to_simplified(s)
     s = _SPACE_RE.sub(" ", s).strip()
     return s
+
+
+_norm_key_cached = functools.lru_cache(maxsize=200_000)(_norm_key)
 
 
 def has_cjk(text: str) -> bool:
@@ -160,7 +171,11 @@ def tokenize(text: str) -> list[str]:
     Works on the normalised key (so traditional and simplified forms give the same tokens); drops
     pure punctuation; keeps single CJK characters (classical Chinese is largely monosyllabic).
     """
-    key = norm_key(text)
+    return tokenize_key(norm_key(text))
+
+
+def tokenize_key(key: str) -> list[str]:
+    """:func:`tokenize` of a text already in :func:`norm_key` form."""
     if not key:
         return []
     if has_cjk(key):

@@ -1,6 +1,7 @@
 """Ingest of the real classics corpus through configs/graph/classics.yaml, appended to bench/RESULTS.md.
 
     .venv/bin/python bench/corpus_ingest.py --root ../shared/data/corpus/tcm_ancient_books --graph /tmp/classics
+    .venv/bin/python bench/corpus_ingest.py --root ../shared/data/corpus/tcm_ancient_books --graph graphs/classics --with-index
 
 Two figures from the same run:
 
@@ -8,10 +9,13 @@ Two figures from the same run:
    in this process: the floor of any books-txt ingest;
 2. the store build: ``bencao graph build --config configs/graph/classics.yaml --graph GRAPH
    root=ROOT index=false`` in a child process under ``/usr/bin/time -v`` (wall time, CPU time, peak
-   RSS), and the per-book report's totals (books, sections, snippets, characters, anything skipped).
+   RSS), and the per-book report's totals (books, sections, snippets, characters, anything skipped);
+   with ``--with-index`` the full build, every index the recipe builds (without ``index=false``),
+   its ingest and index phases timed from the manifest's history.
 
 The machine's load is recorded with the figures: the machine is shared, so CPU seconds are the
-comparable number and wall time is what a user waited.
+comparable number and wall time is what a user waited; the range of the 1-minute load average
+during the build is sampled every 10 s.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -56,11 +61,26 @@ def _seconds(elapsed: str) -> float:
     return sum(v * 60 ** i for i, v in enumerate(reversed(parts)))
 
 
-def build(root: Path, graph: Path, overrides: list[str], nice: int) -> dict[str, Any]:
+def _load_range(stop: threading.Event, seen: list[float]) -> None:
+    while True:
+        seen.append(os.getloadavg()[0])
+        if stop.wait(10):
+            return
+
+
+def build(root: Path, graph: Path, overrides: list[str], nice: int, with_index: bool = False) -> dict[str, Any]:
     bencao = Path(sys.executable).with_name("bencao")
     cmd = ["/usr/bin/time", "-v", "nice", "-n", str(nice), str(bencao), "graph", "build", "--config", str(RECIPE),
-           "--graph", str(graph), f"root={root}", "index=false", *overrides]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+           "--graph", str(graph), f"root={root}", *([] if with_index else ["index=false"]), *overrides]
+    loads: list[float] = []
+    stop = threading.Event()
+    sampler = threading.Thread(target=_load_range, args=(stop, loads), daemon=True)
+    sampler.start()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    finally:
+        stop.set()
+        sampler.join()
     if proc.returncode != 0:
         raise SystemExit(f"build failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     err = proc.stderr
@@ -70,7 +90,26 @@ def build(root: Path, graph: Path, overrides: list[str], nice: int) -> dict[str,
             "cpu_s": round(float(_time_v(err, "User time (seconds)")) + float(_time_v(err, "System time (seconds)")), 1),
             "max_rss_mib": round(int(_time_v(err, "Maximum resident set size (kbytes)")) / 1024, 1),
             "books": manifest.get("books", {}), "counts": manifest.get("counts", {}),
-            "by_relation": _relations(graph)}
+            "by_relation": _relations(graph), "load_range": [min(loads), max(loads)],
+            "phases_s": _phases(manifest), "indexes": _index_counts(manifest) if with_index else None}
+
+
+def _phases(manifest: dict[str, Any]) -> dict[str, float]:
+    """Seconds of the ingest (create → build entry) and index (build → index entry) phases."""
+    at = {h["op"]: dt.datetime.fromisoformat(h["at"]) for h in manifest.get("history", [])}
+    out = {}
+    if "create" in at and "build" in at:
+        out["ingest"] = (at["build"] - at["create"]).total_seconds()
+    if "build" in at and "index" in at:
+        out["index"] = (at["index"] - at["build"]).total_seconds()
+    return out
+
+
+def _index_counts(manifest: dict[str, Any]) -> str:
+    ix = manifest.get("indexes") or {}
+    lex = ", ".join(f"{k} {v:,}" for k, v in (ix.get("lexical") or {}).items())
+    dense = ", ".join(f"{k} {v['n']:,} of {v['of']:,} ({v['type']})" for k, v in (ix.get("dense") or {}).items())
+    return f"BM25 {lex}; dense ({ix.get('embedder')}) {dense}"
 
 
 def _relations(graph: Path) -> dict[str, int]:
@@ -85,15 +124,18 @@ def _relations(graph: Path) -> dict[str, int]:
 
 def append_markdown(path: Path, r: dict[str, Any]) -> None:
     b, base, bk = r["build"], r["baseline"], r["build"]["books"]
+    what = "build with every index" if b.get("indexes") else "ingest"
+    step = "full build, every index" if b.get("indexes") else "store build"
     skipped = ", ".join(f"{k} {v:,}" for k, v in bk.get("skipped_lines", {}).items()) or "none"
     rel = ", ".join(f"{k} {v:,}" for k, v in b["by_relation"].items())
     lines = [
-        f"\n## Classics corpus ingest ({r['at']})\n",
-        f"`{r['command']}` on {r['machine']} (load average at start {r['load']}).\n",
+        f"\n## Classics corpus {what} ({r['at']})\n",
+        f"`{r['command']}` on {r['machine']} (load average at start {r['load']}; during the build "
+        f"{b['load_range'][0]:.1f}–{b['load_range'][1]:.1f}).\n",
         "| step | wall s | CPU s | peak RSS MiB | CPU vs baseline |",
         "|---|---|---|---|---|",
         f"| baseline: stream-read every book (gunzip + GB18030 decode + line split) | {base['wall_s']} | {base['cpu_s']} | — | 1.0× |",
-        f"| store build (`{b['command']}`) | {b['wall_s']} | {b['cpu_s']} | {b['max_rss_mib']} | "
+        f"| {step} (`{b['command']}`) | {b['wall_s']} | {b['cpu_s']} | {b['max_rss_mib']} | "
         f"{b['cpu_s'] / max(base['cpu_s'], 0.1):.1f}× |",
         "",
         f"- Books {bk.get('books', 0):,} ({bk.get('plain_books', 0)} without markup), sections {bk.get('sections', 0):,}, "
@@ -105,6 +147,8 @@ def append_markdown(path: Path, r: dict[str, Any]) -> None:
         f"- Undecodable bytes: {bk.get('undecodable_bytes', 0)} ({', '.join(bk.get('books_with_undecodable_bytes', [])) or 'none'}); "
         f"lines without text: {skipped}.",
         f"- Triples by relation: {rel or 'none'}.",
+        *(["- Phases (manifest history): " + ", ".join(f"{k} {v:.0f} s" for k, v in b["phases_s"].items()) + "."] if b["phases_s"] else []),
+        *([f"- Indexes: {b['indexes']}."] if b.get("indexes") else []),
         "",
     ]
     with open(path, "a", encoding="utf-8") as fh:
@@ -116,6 +160,7 @@ def main() -> None:
     ap.add_argument("--root", required=True, help="folder of the corpus books (.txt or .txt.gz)")
     ap.add_argument("--graph", required=True, help="graph directory to build (replaced atomically)")
     ap.add_argument("--nice", type=int, default=10, help="niceness of the build (the machine is shared)")
+    ap.add_argument("--with-index", action="store_true", help="the full build: every index the recipe builds (default: index=false)")
     ap.add_argument("--results", default=str(BENCH / "RESULTS.md"), help="markdown file the figures are appended to ('' = none)")
     ap.add_argument("overrides", nargs="*", help="extra recipe overrides key=value")
     args = ap.parse_args()
@@ -124,7 +169,7 @@ def main() -> None:
                          "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
                          "command": "python bench/corpus_ingest.py " + " ".join(sys.argv[1:])}
     r["baseline"] = baseline(root)
-    r["build"] = build(root, Path(args.graph).resolve(), args.overrides, args.nice)
+    r["build"] = build(root, Path(args.graph).resolve(), args.overrides, args.nice, args.with_index)
     print(json.dumps(r, ensure_ascii=False))
     if args.results:
         append_markdown(Path(args.results), r)

@@ -32,7 +32,18 @@ def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> di
     for k in ("api", "infer", "model_name"):  # other front ends' settings: they do not change a prediction
         cfg.pop(k, None)
     cfg["eval"] = {"seed": config.eval.seed}  # n_resamples, batch_size: scoring/throughput knobs keep predictions valid
-    return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg}
+    return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg, "store": _store(graph_dir)}
+
+
+def _store(graph_dir: Path | None) -> dict[str, Any] | None:
+    """The graph's store id and write generation: a rebuilt graph at the same path, or one written to since,
+    does not resume the predictions made on the old one."""
+    if graph_dir is None or not (Path(graph_dir) / "graph.sqlite").exists():
+        return None
+    from bencao.retrieval.graph.store import Graph
+
+    with Graph.open(graph_dir, read_only=True) as g:
+        return {"id": g.store_id(), "generation": g.generation()}
 
 
 def _flat(value: Any, prefix: str) -> dict[str, Any]:
@@ -58,7 +69,9 @@ def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restar
             (out / name).unlink(missing_ok=True)
     if run_path.exists():
         old = json.loads(run_path.read_text(encoding="utf-8"))
-        for key in ("system", "graph", "config"):
+        for key in ("system", "graph", "config", "store"):
+            if key == "store" and key not in old:  # a run.json written before the store was recorded
+                continue
             if old.get(key) != identity[key]:
                 raise BencaoError(f"{out}: holds predictions of another run ({_differences(key, old.get(key), identity[key])}); "
                                   "use another --out, or --restart to discard them")

@@ -9,12 +9,17 @@ Paths in a recipe: a source path (or the ``mapping`` option, or ``index_config``
 the bundled sample data, shipped configs); any other relative path resolves against ``root``. In the
 YAML, ``root`` is relative to the recipe's folder; given on the command line (``root=PATH``) it is
 relative to the current directory, so ``root=../corpus`` means what the shell means by it.
->>>>>>> corpus
+
+A build records a key of everything its store derives from (:func:`build_key`: the recipe's settings,
+the bytes of every source file, bencao's ingestion code) with the store's id and write generation,
+so ``bencao graph build --skip-current`` can leave a graph alone that this recipe already built
+from the same inputs and that nothing wrote to since (``make eval-corpus`` builds the corpus graph once).
 """
 
 from __future__ import annotations
 
 import glob
+import json
 import os
 import shutil
 import time
@@ -22,9 +27,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bencao.config import field, load_config
+from bencao.config import field, load_config, to_dict
 from bencao.errors import BencaoError, ConfigError
 from bencao.faults import fault
+from bencao.io import content_hash
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.graph.versions import building_dir, install, managed_path, recover, writer_lock
 
@@ -103,9 +109,64 @@ def resolve_sources(cfg: GraphBuildConfig, root: Path) -> list[ResolvedSource]:
 
 ProgressFn = Callable[[str, int, int], None]
 
+#: The code a build's store derives from (ingestion, the store and its schema, text normalisation,
+#: file reading): modules and packages, their ``.py`` and ``.sql`` files hashed into the build key.
+BUILD_CODE = ("bencao.retrieval.build", "bencao.retrieval.ingest", "bencao.retrieval.graph", "bencao.text", "bencao.io")
+#: Recipe settings that do not change the store (a current graph still gets its indexes brought up to date).
+_KEY_EXEMPT = ("index", "index_config")
 
-def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Ingest every source into a fresh graph at ``graph_dir`` (atomically replacing an old one)."""
+
+def _file_digest(path: Path) -> str:
+    import hashlib
+
+    with open(path, "rb") as fh:
+        return hashlib.file_digest(fh, "sha1").hexdigest()
+
+
+def code_digest(modules: tuple[str, ...] = BUILD_CODE) -> str:
+    """SHA-1 over the source files of ``modules`` (a package: every ``.py``/``.sql`` file below it)."""
+    import importlib
+
+    parts: list[str] = []
+    for name in modules:
+        mod = importlib.import_module(name)
+        base = Path(mod.__file__ or "")
+        files = [base] if base.name != "__init__.py" else sorted(p for p in base.parent.rglob("*") if p.suffix in (".py", ".sql"))
+        parts += [f"{name}:{p.relative_to(base.parent).as_posix()}:{_file_digest(p)}" for p in files]
+    return content_hash(*parts, length=40)
+
+
+def build_key(cfg: GraphBuildConfig, root: Path, sources: list[ResolvedSource]) -> str:
+    """A hash of everything a build's store derives from: the recipe's settings (``root`` resolved;
+    ``index``/``index_config`` aside), each source (format, path, options, title, licence and the
+    file's bytes) and bencao's ingestion code (:data:`BUILD_CODE`). 699 gzip books: ~0.5 s."""
+    settings = {k: v for k, v in to_dict(cfg).items() if k not in _KEY_EXEMPT}
+    settings["root"] = str(root)
+    src = [[s.format, str(s.path), s.options, s.title, s.licence, _file_digest(s.path)] for s in sources]
+    return content_hash(json.dumps([settings, src, code_digest()], sort_keys=True, ensure_ascii=False, default=str), length=40)
+
+
+def current_build(graph_dir: Path, key: str) -> bool:
+    """Does ``graph_dir`` hold a graph built with ``key`` that nothing wrote to since?"""
+    if not (graph_dir / "graph.sqlite").exists():
+        return False
+    try:
+        rec = json.loads((graph_dir / "manifest.json").read_text(encoding="utf-8")).get("build") or {}
+    except (OSError, ValueError):
+        return False
+    if rec.get("key") != key:
+        return False
+    with Graph.open(graph_dir, read_only=True) as g:
+        return rec.get("store") == g.store_id() and rec.get("generation") == g.generation()
+
+
+def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progress: ProgressFn | None = None,
+                skip_current: bool = False) -> dict[str, Any]:
+    """Ingest every source into a fresh graph at ``graph_dir`` (atomically replacing an old one).
+
+    With ``skip_current`` a graph at ``graph_dir`` that this recipe built from the same inputs
+    (:func:`build_key`) and that nothing wrote to since is kept (``"skipped": True`` in the result);
+    with ``cfg.index`` its indexes are brought up to date (a cheap check when they are)."""
     from bencao.retrieval.ingest.registry import get_loader
 
     graph_dir = managed_path(graph_dir)
@@ -115,13 +176,22 @@ def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progre
     if graph_dir.is_dir() and not graph_dir.is_symlink() and any(graph_dir.iterdir()) and not (graph_dir / "graph.sqlite").exists():
         raise BencaoError(f"{graph_dir}: exists and is not a bencao graph; refusing to replace it")
     graph_dir.parent.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    key = build_key(cfg, root, sources)
     with writer_lock(graph_dir):
         recover(graph_dir)  # leftovers of killed builds
-        return _build_locked(cfg, root, graph_dir, sources, progress)
+        if skip_current and current_build(graph_dir, key):
+            with Graph.open(graph_dir) as g:
+                if cfg.index:
+                    _build_indexes(g, cfg, root)
+                stats = g.stats()
+            return {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": [], "stats": stats,
+                    "skipped": True}
+        return _build_locked(cfg, root, graph_dir, sources, progress, key)
 
 
 def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: list[ResolvedSource],
-                  progress: ProgressFn | None) -> dict[str, Any]:
+                  progress: ProgressFn | None, key: str) -> dict[str, Any]:
     from bencao.retrieval.ingest.registry import ingest_file
 
     tmp = building_dir(graph_dir)
@@ -142,6 +212,7 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
                 progress("done", len(sources), len(sources))
             books = _book_report(g, tmp)
             g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name,
+                             build={"key": key, "store": g.store_id(), "generation": g.generation()},
                              **({"books": books} if books else {}))
             fault("build.ingested")
             if cfg.index:

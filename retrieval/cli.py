@@ -30,6 +30,9 @@ def build(
     config: Path = typer.Option(..., "--config", "-c", help="Build recipe YAML (e.g. configs/graph/sample.yaml)."),
     graph: Path = GRAPH_OPT,
     no_index: bool = typer.Option(False, "--no-index", help="Skip building the retrieval indexes."),
+    skip_current: bool = typer.Option(False, "--skip-current", help="Keep DIR when this recipe built it from the same inputs "
+                                      "(recipe settings, source files' bytes, bencao's ingestion code) and nothing wrote to it "
+                                      "since; its indexes are still brought up to date."),
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides of the recipe, e.g. index=false."),
 ) -> None:
     """Build a graph from a recipe into DIR. The old graph is replaced only when the build succeeds."""
@@ -47,8 +50,12 @@ def build(
         def on_progress(name: str, i: int, n: int) -> None:
             prog.update(task, description=name, completed=i, total=n)
 
-        result = build_graph(cfg, root, graph, progress=on_progress)
+        result = build_graph(cfg, root, graph, progress=on_progress, skip_current=skip_current)
     s = result["stats"]
+    if result.get("skipped"):
+        typer.echo(f"{result['graph']} is current (built by this recipe from the same inputs): {s['documents']} documents, "
+                   f"{s['snippets']} snippets, {s['entities']} entities, {s['triples']} triples")
+        return
     typer.echo(f"built {result['graph']} in {result['seconds']:.1f}s: {s['documents']} documents, {s['sections']} sections, "
                f"{s['snippets']} snippets, {s['entities']} entities, {s['triples']} triples")
 

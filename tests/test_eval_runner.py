@@ -148,3 +148,25 @@ def test_cli_eval_check_run_and_one_line_errors(tmp_path, capsys):
     assert "mixed.jsonl:line 26" in capsys.readouterr().err
     assert main(["eval", "-b", str(path), "--system", "random", "--out", str(out), "--set", "sed=1"]) == 2
     assert "unknown key(s) sed" in capsys.readouterr().err
+
+
+def test_a_graph_written_to_since_does_not_resume_its_predictions(tmp_path):
+    """Predictions are tied to the graph's store and write generation, not only its path: after a
+    `graph add` (or a rebuild at the same path) the old predictions are refused, not mixed in."""
+    from retrieval_graphs import build_tcm_graph
+
+    from bencao.retrieval.ingest.registry import ingest_file
+
+    bench = load_bench(write_bench(tmp_path / "mcq_a.jsonl", 4))
+    build_tcm_graph(tmp_path / "g").close()
+    out = tmp_path / "out"
+    evaluate([bench], "random", tmp_path / "g", out, EvalConfig(n_resamples=0), progress=False)
+    evaluate([bench], "random", tmp_path / "g", out, EvalConfig(n_resamples=0), progress=False)  # same graph: resumes
+    book = tmp_path / "book.txt"
+    book.write_text("<篇名>新书\n<篇名>山药\n内容：味甘，温。主补中益气。\n", encoding="utf-8")
+    from bencao.retrieval.graph.store import Graph
+
+    with Graph.open(tmp_path / "g") as g:
+        ingest_file(g, "books-txt", book)
+    with pytest.raises(BencaoError, match=r"holds predictions of another run \(store.generation was \d+, now \d+\)"):
+        evaluate([bench], "random", tmp_path / "g", out, EvalConfig(n_resamples=0), progress=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextvars
 import os
 import threading
 from typing import Any, Callable, Coroutine, TypeVar
@@ -74,12 +75,48 @@ def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
     return asyncio.run_coroutine_threadsafe(coro, loop())
 
 
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_pid: int | None = None
+_pending: set[concurrent.futures.Future[Any]] = set()
+
+
+def _executor() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool, _pool_pid
+    with _lock:
+        if _pool is None or _pool_pid != os.getpid():
+            _pool = concurrent.futures.ThreadPoolExecutor(thread_name_prefix="bencao-llm-work")
+            _pool_pid = os.getpid()
+            _pending.clear()
+        return _pool
+
+
 async def to_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``asyncio.to_thread`` whose KeyboardInterrupt/SystemExit comes back as :class:`Interrupted`."""
+    """``asyncio.to_thread`` whose KeyboardInterrupt/SystemExit comes back as :class:`Interrupted`.
+
+    The call is remembered until it returns: a thread cannot be cancelled, so :func:`run` waits for
+    the calls still running before it hands a failure back (the caller would otherwise close the
+    graph or files they are reading)."""
+    cf = _executor().submit(contextvars.copy_context().run, fn, *args)
+    with _lock:
+        _pending.add(cf)
+    cf.add_done_callback(_forget)
     try:
-        return await asyncio.to_thread(fn, *args)
+        return await asyncio.wrap_future(cf)
     except (KeyboardInterrupt, SystemExit) as exc:
         raise Interrupted(exc) from None
+
+
+def _forget(cf: concurrent.futures.Future[Any]) -> None:
+    with _lock:
+        _pending.discard(cf)
+
+
+def _wait_for_threads(timeout: float) -> None:
+    """Let the worker-thread calls still running finish (up to ``timeout``) after a run failed."""
+    with _lock:
+        running = list(_pending)
+    if running:
+        concurrent.futures.wait(running, timeout=timeout)
 
 
 def run(coro: Coroutine[Any, Any, T], cancel_grace_s: float = 10.0) -> T:
@@ -107,8 +144,11 @@ def run(coro: Coroutine[Any, Any, T], cancel_grace_s: float = 10.0) -> T:
     except BaseException:
         lp.call_soon_threadsafe(lambda: box["task"].cancel() if "task" in box else None)
         done.wait(cancel_grace_s)
+        _wait_for_threads(cancel_grace_s)
         raise
     task = box["task"]
+    if task.cancelled() or task.exception() is not None:
+        _wait_for_threads(cancel_grace_s)
     if not task.cancelled() and isinstance(task.exception(), Interrupted):
         raise task.exception().original  # type: ignore[union-attr]
     return task.result()

@@ -17,7 +17,7 @@ import numpy as np
 
 from bencao.errors import BencaoError
 from bencao.io import atomic_write_json
-from bencao.text import has_cjk, norm_key, tokenize
+from bencao.text import has_cjk, norm_key, tokenize_key
 
 if TYPE_CHECKING:
     from bencao.retrieval.index.items import Item
@@ -53,9 +53,10 @@ def analyze(text: str) -> list[str]:
     Chinese text also yields the character bigrams of each run of Chinese characters, so a name
     that jieba split or glued to a neighbour (山 / 药味) still matches a query for it (山药).
     """
-    out = [light_stem(t) for t in tokenize(text)]
+    key = norm_key(text)  # once: tokens and bigrams both read it
+    out = [light_stem(t) for t in tokenize_key(key)]
     if has_cjk(text):
-        for run in _CJK_RUN.findall(norm_key(text)):
+        for run in _CJK_RUN.findall(key):
             out.extend(run[i : i + 2] for i in range(len(run) - 1))
     return out
 
