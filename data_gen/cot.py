@@ -23,6 +23,7 @@ from bencao.config import field, to_dict
 from bencao.data_gen.grounding import Grounding, make_grounder, resolve_grounding
 from bencao.data_gen.kg_paths import PathFinder, path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
+from bencao.data_gen.leakage import question_key, read_exclusions, record_distilled
 from bencao.data_gen.ledger import Ledger
 from bencao.data_gen.linking import AliasLinker
 from bencao.data_gen.personal import write_reasoning
@@ -60,6 +61,8 @@ class PathConfig:
 class CotDistillConfig:
     graph: str = field("graphs/sample", help="Graph directory (read; the llm teacher also writes the personalized layer).")
     input: str = field("", help="Questions with gold answers: benchmark JSONL (mcq/sd) or {question, answer} lines.")
+    exclude: list[str] = field(default_factory=list, help="Files of questions never to distil (benchmark JSONL, or {id} / {question} lines): "
+                                                          "matched by id and by normalised question text (bencao.data_gen.leakage).")
     output: str = field("out/cot", help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, ledger, cache, logs.")
     teacher: str = field("kg-paths", help="kg-paths (no LLM) | llm.")
     llm: LLMConfig = field(default_factory=LLMConfig, help="The teacher LLM (teacher=llm).")
@@ -155,7 +158,8 @@ class LLMTeacher:
         if self.cfg.write_personal:
             with self.lock:
                 _, tids, eids = write_reasoning(self.graph, question_id=item.id, question=item.question, reasoning=reasoning, triples=triples,
-                                                model=self.model, confidence=self.cfg.personal_confidence)
+                                                model=self.model, confidence=self.cfg.personal_confidence,
+                                                question_key=question_key(item.question, item.options))
         with self.lock:
             ans_ents = [m.entity_id for a in item.answer_text for m in self.linker.link(a)]
         split_key = (ans_ents or eids or [item.id])[0]
@@ -175,6 +179,13 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     items = read_qa(cfg.input)[: cfg.limit] if cfg.limit else read_qa(cfg.input)
+    excluded: list[str] = []
+    if cfg.exclude:
+        never = read_exclusions(cfg.exclude)
+        excluded = [it.id for it in items if never.match(it.id, it.question, it.options)]
+        gone = set(excluded)
+        items = [it for it in items if it.id not in gone]
+        log.info("cot: %d of %d questions excluded by %s", len(excluded), len(excluded) + len(items), ", ".join(cfg.exclude))
     graph = Graph.open(cfg.graph)
     ledger = Ledger(out / "ledger.json", cfg.llm.price_prompt_per_mtok, cfg.llm.price_completion_per_mtok)
     try:
@@ -192,6 +203,8 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}
+        if cfg.exclude:
+            summary.extra["excluded"] = {"files": list(cfg.exclude), "questions": len(excluded), "ids": excluded[:50]}
         if cfg.teacher == "llm":
             summary.extra["grounding"] = teacher.grounding
         counts = write_dataset(out, train, ev, columns=SFT_COLUMNS, card={
@@ -202,7 +215,8 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
             "recipe": to_dict(cfg), "summary": summary.to_dict()})
         summary.extra.update(counts)
         if cfg.teacher == "llm" and cfg.write_personal:
-            graph.write_manifest(op="cot", detail={"teacher": teacher.name, "records": len(records)})
+            # the manifest names every question whose reasoning is now in the graph: eval flags or refuses them
+            summary.extra["distilled"] = len(record_distilled(graph, "cot", {"teacher": teacher.name, "records": len(records)})["ids"])
         return save_summary(out, summary, ledger if cfg.teacher == "llm" else None)
     finally:
         graph.close()

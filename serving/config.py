@@ -67,6 +67,8 @@ class EvalSettings:
     batch_size: int = field(8, help="Records answered together (LLM requests of a batch go out at once).")
     seed: int = field(0, help="Seed of the random baseline and of the bootstrap resampling.")
     n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
+    on_leak: str = field("flag", help="Items whose reasoning was distilled into the graph (its manifest's `distilled` record): "
+                                      "flag (leaked: true per record, a count in the metrics) | refuse (stop before answering).")
 
 
 @dataclass
