@@ -21,7 +21,7 @@ from typing import Any
 
 from bencao.config import field, to_dict
 from bencao.data_gen.grounding import Grounding, make_grounder, resolve_grounding
-from bencao.data_gen.kg_paths import PathFinder, path_triples
+from bencao.data_gen.kg_paths import path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
 from bencao.data_gen.leakage import question_key, read_exclusions, record_distilled
 from bencao.data_gen.ledger import Ledger
@@ -55,6 +55,11 @@ class PathConfig:
     paths_per_pair: int = field(2, help="Shortest paths kept per (question entity, answer entity) pair.")
     max_paths: int = field(6, help="Paths kept per question in all, shortest and most confident first.")
     max_question_entities: int = field(8, help="Question entities linked at most.")
+    hub_degree: int = field(100, help="An entity with more triples than this (a catalogue, an is_a root) may end a path but never join two "
+                                      "entities (retrieval's paths.hub_degree); 0 = off.")
+    hub_relation_fanin: float = field(20.0, help="A relation with more triples per distinct tail than this (has_flavour, has_nature, "
+                                                 "listed_in) is a hub relation: its values never join two entities; 0 = off.")
+    hub_relations: list[str] = field(default_factory=list, help="Hub relations named by hand, beside the detected ones.")
 
 
 @dataclass
@@ -105,8 +110,8 @@ class LLMTeacher:
         self.clients = {step: ledger.client(client, step) for step in ("cot_decompose", "cot_reason", "cot_extract", "cot_judge")}
         self.lock = threading.Lock()
         self.linker = AliasLinker(graph)
-        self.finder = PathFinder(graph, layers=("book", "imported", "completed"))
         self.settings = PathSettings(**to_dict(cfg.paths))
+        self.finder = self.settings.finder(graph, layers=("book", "imported", "completed"))
         self.grounding = resolve_grounding(cfg.grounding, graph)
         self.ground = make_grounder(self.grounding, graph, linker=self.linker, k_triples=cfg.k_triples, k_snippets=cfg.k_snippets, lock=self.lock,
                                     retrieval_config=cfg.retrieval_config, retrieval_overrides=cfg.retrieval_overrides)
