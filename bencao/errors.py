@@ -23,3 +23,9 @@ class InputError(BencaoError):
 
 class ConfigError(BencaoError):
     """A configuration file or override that cannot be used."""
+
+
+class InvalidValue(BencaoError, ValueError):
+    """A value that cannot be stored (an empty name, a control character, a lone surrogate, a name
+    over the length limit). Raised where the value is checked, without the file; the ingestion
+    registry turns it into an :class:`InputError` naming the file and the record being read."""

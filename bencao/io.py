@@ -1,121 +1,459 @@
-"""File I/O shared by every part: atomic writes, encoding detection, JSONL with line-precise errors."""
+"""File I/O shared by every part: bounded, validated reading of inputs; atomic writes; resumable JSONL.
+
+Reading an input (every loader under ``retrieval/ingest``, question files, benchmark files) goes
+through one bounded reader:
+
+- ``.gz`` is decompressed as it is read; the decompressed bytes are counted, so a file that
+  inflates past ``max_bytes`` or more than ``max_ratio`` times its compressed size (a compression
+  bomb) is refused early, with bounded memory; corrupt or truncated compression is a one-line error.
+- Lines are read with a size cap (``max_line_bytes``): a 50 MB line is refused at the cap, not read
+  whole. NUL bytes are refused (binary data, or UTF-16).
+- Structured formats (JSONL, CSV, OBO, OWL) must be UTF-8 unless an ``encoding`` is given; running
+  text (books) may also be GB18030, but bytes that only decode as GB18030 mojibake (Latin-1 or
+  Windows-1252 text) are refused. Every decoding error names the line and the byte.
+- JSON records may not carry lone UTF-16 surrogates or NUL characters (``"\\ud800"``, ``"\\u0000"``).
+
+The limits are a :class:`ReadLimits`, taken from the context (:func:`using_limits`): the ingestion
+registry sets them from the options every loader accepts (``encoding``, ``max_line_bytes``,
+``max_bytes``, ``max_ratio``, ``max_name_chars``). :func:`check_name` is the one check of names
+(entity names, aliases, types, relations) and :func:`check_text` of stored free text.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import gzip
 import hashlib
-import io
 import json
 import os
+import re
 import tempfile
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
-from bencao.errors import InputError
+from bencao.config import field
+from bencao.errors import BencaoError, InputError, InvalidValue
+from bencao import faults
 
-#: Longest line accepted from a text/JSONL input. Longer lines are almost always a broken file
-#: (a missing newline, a binary blob); they get a clear error instead of exhausting memory.
-MAX_LINE_BYTES = 8 * 1024 * 1024
+MiB = 1024 * 1024
+
+#: Longest line accepted from a text/JSONL input by default. Longer lines are almost always a broken
+#: file (a missing newline, a binary blob); they get a clear error instead of exhausting memory.
+MAX_LINE_BYTES = 8 * MiB
+
+
+@dataclass(frozen=True)
+class ReadLimits:
+    """Limits and encoding for reading one input file (loader options of every format)."""
+
+    encoding: str | None = field(None, help="Text encoding of the file. Default: UTF-8 (JSONL, CSV, OBO, OWL); UTF-8 or GB18030 for books.")
+    max_line_bytes: int = field(MAX_LINE_BYTES, help="Longest line (or record) in bytes; a longer one is refused when the cap is reached.")
+    max_bytes: int = field(4096 * MiB, help="Largest (decompressed) file in bytes.")
+    max_ratio: float = field(100.0, help="Largest decompressed/compressed size ratio of a .gz file (a compression bomb is refused early).")
+    max_name_chars: int = field(1000, help="Longest entity name, alias, type or relation name in characters.")
+
+
+#: Loader options handled here for every format (a loader may also declare ``encoding`` itself).
+LIMIT_OPTIONS = ("encoding", "max_line_bytes", "max_bytes", "max_ratio", "max_name_chars")
+
+#: Below this many decompressed bytes the ratio check is not applied (small files compress well).
+_RATIO_FLOOR = 16 * MiB
+_CHUNK = MiB
+
+_LIMITS: contextvars.ContextVar[ReadLimits] = contextvars.ContextVar("bencao_read_limits", default=ReadLimits())
+_RECORD: contextvars.ContextVar[str | None] = contextvars.ContextVar("bencao_current_record", default=None)
+
+
+def read_limits() -> ReadLimits:
+    """The limits in force (the defaults unless inside :func:`using_limits`)."""
+    return _LIMITS.get()
+
+
+@contextlib.contextmanager
+def using_limits(limits: ReadLimits) -> Iterator[ReadLimits]:
+    """Read with ``limits`` inside the block; the record being read is tracked for error messages."""
+    t1, t2 = _LIMITS.set(limits), _RECORD.set(None)
+    try:
+        yield limits
+    finally:
+        _LIMITS.reset(t1)
+        _RECORD.reset(t2)
+
+
+def limits_from_options(options: dict[str, Any], where: str) -> ReadLimits:
+    """:class:`ReadLimits` from loader options (only the keys of :data:`LIMIT_OPTIONS` are read)."""
+    from bencao.config import from_dict
+
+    given = {k: options[k] for k in LIMIT_OPTIONS if k in options}
+    if given.get("encoding") in ("", None):
+        given.pop("encoding", None)
+    limits = from_dict(ReadLimits, given, where=where)
+    for key in ("max_line_bytes", "max_bytes", "max_ratio", "max_name_chars"):
+        if getattr(limits, key) <= 0:
+            raise BencaoError(f"{where}: option {key}={getattr(limits, key)!r}: expected a positive number")
+    if limits.encoding:
+        import codecs
+
+        try:
+            codecs.lookup(limits.encoding)
+        except LookupError:
+            raise BencaoError(f"{where}: option encoding={limits.encoding!r}: unknown encoding") from None
+    return limits
+
+
+def set_record(where: str | None) -> None:
+    """Name the record being read (``line 12``, ``row 3 (line 4)``, ``term FOODON:1``) for error messages."""
+    _RECORD.set(where)
+
+
+def current_record() -> str | None:
+    return _RECORD.get()
+
+
+# --------------------------------------------------------------------------- bounded binary reading
+
+
+class _Source:
+    """One input file opened for bounded reading: decompresses ``.gz``, counts bytes, names the file."""
+
+    def __init__(self, path: Path, limits: ReadLimits | None):
+        self.path = path
+        self.limits = limits
+        self.compressed = path.name.endswith(".gz")
+        try:
+            self.size = path.stat().st_size
+            self._raw: BinaryIO = open(path, "rb")
+        except FileNotFoundError:
+            raise InputError(path, "file not found") from None
+        except IsADirectoryError:
+            raise InputError(path, "is a directory, not a file") from None
+        except OSError as exc:
+            raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
+        if self.compressed and self._raw.read(2) != b"\x1f\x8b":
+            self._raw.close()
+            raise InputError(path, "not gzip data (the name ends in .gz but the content is not gzip-compressed)")
+        self._raw.seek(0)
+        self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw  # type: ignore[assignment]
+        self.total = 0
+
+    def close(self) -> None:
+        if self._fh is not self._raw:
+            self._fh.close()
+        self._raw.close()
+
+    def __enter__(self) -> "_Source":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, fn: Any, n: int) -> bytes:
+        try:
+            data = fn(n)
+        except (OSError, EOFError, zlib.error) as exc:
+            if not self.compressed:
+                raise InputError(self.path, f"cannot read: {exc}") from None
+            what = "truncated" if isinstance(exc, EOFError) else "corrupt"
+            after = f" after {self.total:,} good decompressed bytes" if self.total else ""
+            raise InputError(self.path, f"{what} gzip data{after} ({exc})") from None
+        self.total += len(data)
+        lim = self.limits
+        if lim is not None:
+            if self.total > lim.max_bytes:
+                raise InputError(self.path, f"more than {lim.max_bytes:,} bytes{' decompressed' if self.compressed else ''}, "
+                                            f"over the limit (option max_bytes)")
+            if self.compressed and self.total > max(_RATIO_FLOOR, self.size * lim.max_ratio):
+                raise InputError(self.path, f"decompresses to more than {lim.max_ratio:g} times its {self.size:,} bytes "
+                                            f"(a compression bomb?); refused after {self.total:,} bytes (option max_ratio)")
+        return data
+
+    def read(self, n: int = _CHUNK) -> bytes:
+        return self._call(self._fh.read, n)
+
+    def readline(self, limit: int) -> bytes:
+        return self._call(self._fh.readline, limit)
+
+
+def _line_of(data: bytes | bytearray, offset: int) -> int:
+    return data.count(b"\n", 0, offset) + 1
+
+
+def _too_long(path: Path, lineno: int, limit: int) -> InputError:
+    return InputError(path, f"line is at least {limit + 1:,} bytes, over the {limit:,}-byte limit (option max_line_bytes)",
+                      record=f"line {lineno}")
+
+
+def read_bytes(path: str | Path, limits: ReadLimits | None = None) -> bytes:
+    """A whole file (``.gz`` decompressed) within ``limits`` (default: the limits in force).
+
+    Reading stops with an :class:`InputError` at the first line longer than ``max_line_bytes`` and
+    when the (decompressed) size passes ``max_bytes`` or ``max_ratio``: memory stays bounded.
+    """
+    path = Path(path)
+    lim = limits or read_limits()
+    buf = bytearray()
+    line_start = 0  # offset where the current (unfinished) line starts
+    step = min(_CHUNK, lim.max_line_bytes)  # a line inside one chunk cannot pass the cap unseen
+    with _Source(path, lim) as src:
+        while True:
+            chunk = src.read(step)
+            if not chunk:
+                break
+            base = len(buf)
+            buf += chunk
+            first = chunk.find(b"\n")
+            if first >= 0:
+                if base + first - line_start > lim.max_line_bytes:
+                    raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
+                line_start = base + chunk.rfind(b"\n") + 1
+            if len(buf) - line_start > lim.max_line_bytes:
+                raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
+    return bytes(buf)
+
+
+def iter_raw_lines(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tuple[int, bytes]]:
+    """Stream ``(line_number, bytes)`` without the line ending, each line within ``max_line_bytes``."""
+    path = Path(path)
+    lim = limits or read_limits()
+    with _Source(path, lim) as src:
+        lineno = 0
+        while True:
+            raw = src.readline(lim.max_line_bytes + 1)
+            if not raw:
+                return
+            lineno += 1
+            if len(raw) > lim.max_line_bytes and not raw.endswith(b"\n"):
+                raise _too_long(path, lineno, lim.max_line_bytes)
+            if raw.endswith(b"\n"):
+                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
+            yield lineno, raw
+
+
+# --------------------------------------------------------------------------- decoding
 
 _ENCODINGS = ("utf-8", "gb18030")
+def _looks_single_byte(data: bytes) -> bool:
+    """True when bytes that decode as GB18030 are more likely Latin-1/Windows-1252 (mojibake).
 
-
-def _open_raw(path: Path) -> io.BufferedIOBase:
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")  # type: ignore[return-value]
-    return open(path, "rb")
-
-
-def read_bytes(path: str | Path) -> bytes:
-    """Read a file, transparently decompressing ``.gz``."""
-    path = Path(path)
-    if not path.exists():
-        raise InputError(path, "file not found")
-    try:
-        with _open_raw(path) as fh:
-            return fh.read()
-    except (OSError, EOFError) as exc:
-        raise InputError(path, f"cannot read: {exc}") from None
-
-
-def decode_text(data: bytes, path: str | Path, encoding: str | None = None) -> str:
-    """Decode bytes as UTF-8 (with or without BOM) or GB18030, or the given encoding.
-
-    Chinese classics circulate in both encodings; anything else is refused with a clear error
-    rather than decoded into mojibake.
+    A high byte followed by an ASCII byte in 0x40-0x7e is rare in GB18030 Chinese, whose characters
+    are runs of high bytes (at most 8% of its high bytes on the 698 GB18030 books of the corpus), and
+    the rule in single-byte text that happens to decode as GB18030 (every accented letter).
     """
+    import numpy as np
+
+    a = np.frombuffer(data, dtype=np.uint8)
+    high = int(np.count_nonzero(a >= 0x80))
+    pairs = int(np.count_nonzero((a[:-1] >= 0x81) & (a[:-1] <= 0xFE) & (a[1:] >= 0x40) & (a[1:] <= 0x7E)))
+    return high > 0 and pairs / high > 0.5
+
+
+def _encoding_hint(data: bytes, start: int) -> str:
+    """A guess at what the bytes that are not UTF-8 are, from the run of non-ASCII bytes at ``start``."""
+    end = start
+    while end < len(data) and data[end] >= 0x80:
+        end += 1
+    run = data[start:end]
+    try:
+        run.decode("utf-8", "surrogatepass")
+        return "a UTF-16 surrogate encoded as UTF-8 (CESU-8): not valid Unicode text"
+    except UnicodeDecodeError:
+        pass
+    if len(run) >= 2:
+        try:
+            run.decode("gb18030")
+            return "it looks like GB18030"
+        except UnicodeDecodeError:
+            pass
+    return "it looks like Latin-1/Windows-1252"
+
+
+def _check_binary(data: bytes, path: Path, offset: int = 0) -> None:
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError(path, "UTF-16 text (byte-order mark); convert it to UTF-8")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise InputError(path, "NUL byte: binary data or UTF-16 text, not a text file", record=f"line {_line_of(data, nul)}")
+
+
+def _not_utf8(data: bytes, path: Path, exc: UnicodeDecodeError, line: int | None = None, allowed: str = "UTF-8") -> InputError:
+    bad = data[exc.start : exc.start + 1].hex()
+    lineno = line if line is not None else _line_of(data, exc.start)
+    return InputError(path, f"not valid {allowed} (byte 0x{bad}; {_encoding_hint(data, exc.start)}): convert the file to UTF-8 "
+                            f"or give its encoding (option encoding=gb18030, encoding=latin-1, ...)", record=f"line {lineno}")
+
+
+def decode_text(data: bytes, path: str | Path, encoding: str | None = None, guess: bool = True) -> str:
+    """Decode a whole text file.
+
+    With ``encoding`` (or one set in the limits in force) exactly that codec. Otherwise UTF-8 (a BOM
+    is dropped), and with ``guess`` GB18030 too (Chinese classics circulate in both) unless the
+    bytes look like single-byte Latin-1/Windows-1252 text, which would decode as GB18030 mojibake.
+    NUL bytes and UTF-16 are refused. Every error names the line.
+    """
+    path = Path(path)
+    encoding = encoding or read_limits().encoding
+    if encoding and codec_name(encoding) not in ("utf-16", "utf-32"):
+        _check_binary(data, path)
     if encoding:
         try:
-            return data.decode(encoding)
-        except (UnicodeDecodeError, LookupError) as exc:
-            raise InputError(path, f"cannot decode as {encoding}: {exc}") from None
+            text = data.decode(encoding)
+        except LookupError:
+            raise InputError(path, f"unknown encoding {encoding!r}") from None
+        except UnicodeDecodeError as exc:
+            raise InputError(path, f"cannot decode as {encoding}: byte 0x{data[exc.start:exc.start + 1].hex()}",
+                             record=f"line {_line_of(data, exc.start)}") from None
+        return text[1:] if text.startswith("\ufeff") else text
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
-    if b"\x00" in data[:4096]:
-        raise InputError(path, "looks binary (NUL bytes); expected UTF-8 or GB18030 text")
-    for enc in _ENCODINGS:
-        try:
-            return data.decode(enc)
-        except UnicodeDecodeError:
-            continue
-    # Name the first offending position for UTF-8, the most likely intended encoding.
+    _check_binary(data, path)
     try:
-        data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(path, f"unknown text encoding (neither UTF-8 nor GB18030; first bad byte on line {line})") from None
-    raise InputError(path, "unknown text encoding")  # pragma: no cover - unreachable
-
-
-def read_text(path: str | Path, encoding: str | None = None) -> str:
-    """Read a whole text file with encoding detection and the line-length guard."""
-    data = read_bytes(path)
-    text = decode_text(data, path, encoding)
-    check_line_lengths(text, path)
+        if not guess:
+            raise _not_utf8(data, path, exc) from None
+        first = exc
+    try:
+        text = data.decode("gb18030")
+    except UnicodeDecodeError:
+        raise _not_utf8(data, path, first, allowed="UTF-8 or GB18030") from None
+    if _looks_single_byte(data):
+        raise _not_utf8(data, path, first, allowed="UTF-8, and GB18030 would give mojibake") from None
     return text
 
 
-def check_line_lengths(text: str, path: str | Path, limit: int = MAX_LINE_BYTES) -> None:
-    start = 0
-    lineno = 1
-    n = len(text)
-    while start < n:
-        end = text.find("\n", start)
-        if end < 0:
-            end = n
-        if end - start > limit // 4 and len(text[start:end].encode("utf-8")) > limit:
-            raise InputError(path, f"line is {len(text[start:end].encode('utf-8')):,} bytes, over the {limit:,}-byte limit", record=f"line {lineno}")
-        start = end + 1
-        lineno += 1
+def codec_name(encoding: str) -> str:
+    import codecs
+
+    try:
+        return codecs.lookup(encoding).name
+    except LookupError:
+        return encoding
+
+
+def read_text(path: str | Path, encoding: str | None = None, guess: bool = True) -> str:
+    """A whole text file, bounded (:func:`read_bytes`) and decoded (:func:`decode_text`)."""
+    return decode_text(read_bytes(path), path, encoding, guess)
 
 
 def iter_lines(path: str | Path, encoding: str | None = None) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, line)`` without the trailing newline; guards line length and encoding."""
-    text = read_text(path, encoding)
-    for i, line in enumerate(text.splitlines(), start=1):
-        yield i, line
+    """Stream ``(line_number, line)`` of a UTF-8 text file (or ``encoding``), without line endings.
+
+    Bounded line by line (:func:`iter_raw_lines`); a line that is not valid in the encoding, or holds
+    a NUL byte, is refused naming its number. Each line read becomes the current record.
+    """
+    path = Path(path)
+    encoding = encoding or read_limits().encoding or "utf-8"
+    utf8 = codec_name(encoding) == "utf-8"
+    for lineno, raw in iter_raw_lines(path):
+        if lineno == 1:
+            if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+                raise InputError(path, "UTF-16 text (byte-order mark); convert it to UTF-8")
+            if raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
+        if b"\x00" in raw:
+            raise InputError(path, "NUL byte: binary data or UTF-16 text, not a text file", record=f"line {lineno}")
+        try:
+            line = raw.decode(encoding)
+        except UnicodeDecodeError as exc:
+            if utf8:
+                raise _not_utf8(raw, path, exc, line=lineno) from None
+            raise InputError(path, f"cannot decode as {encoding}: byte 0x{raw[exc.start:exc.start + 1].hex()}", record=f"line {lineno}") from None
+        _RECORD.set(f"line {lineno}")
+        yield lineno, line
+
+
+# --------------------------------------------------------------------------- values
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_BAD_TEXT = re.compile(r"[\x00\ud800-\udfff]")
+
+
+def _show(value: str, n: int = 40) -> str:
+    return repr(value if len(value) <= n else value[:n] + "…")
+
+
+def check_text(value: str, what: str) -> str:
+    """Refuse free text that cannot be stored: NUL characters and lone UTF-16 surrogates."""
+    m = _BAD_TEXT.search(value)
+    if m:
+        ch = m.group()
+        kind = "a NUL character" if ch == "\x00" else f"a lone UTF-16 surrogate U+{ord(ch):04X} (not valid Unicode)"
+        raise InvalidValue(f"{what} contains {kind}")
+    return value
+
+
+def check_name(value: str, what: str = "name", max_chars: int | None = None) -> str:
+    """A name stripped of surrounding whitespace; refused when empty, over ``max_chars`` (default: the
+    limit in force), or holding control characters or lone surrogates."""
+    name = value.strip()
+    if not name:
+        raise InvalidValue(f"{what} is empty" + (" (whitespace only)" if value else ""))
+    m = _CONTROL.search(name)
+    if m:
+        raise InvalidValue(f"{what} {_show(name)} contains the control character U+{ord(m.group()):04X}")
+    m = _SURROGATE.search(name)
+    if m:
+        raise InvalidValue(f"{what} {_show(name)} contains a lone UTF-16 surrogate U+{ord(m.group()):04X} (not valid Unicode)")
+    limit = max_chars if max_chars is not None else read_limits().max_name_chars
+    if len(name) > limit:
+        raise InvalidValue(f"{what} {_show(name)} is {len(name):,} characters, over the limit of {limit:,} (option max_name_chars)")
+    return name
+
+
+def _bad_json_string(obj: Any, where: str = "") -> tuple[str, str] | None:
+    """The first string (key or value) holding NUL or a lone surrogate: ``(field path, problem)``."""
+    if isinstance(obj, str):
+        try:
+            check_text(obj, "")
+        except InvalidValue as exc:
+            return where or "value", str(exc).strip()
+        return None
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            hit = _bad_json_string(k, f"{where}.{k!r}" if where else repr(k)) or _bad_json_string(v, f"{where}.{k}" if where else str(k))
+            if hit:
+                return hit
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            hit = _bad_json_string(v, f"{where}[{i}]")
+            if hit:
+                return hit
+    return None
 
 
 def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file (``.gz`` allowed).
+    """Yield ``(line_number, object)`` for each non-blank line of a JSONL file (``.gz`` allowed), streaming.
 
-    Raises :class:`InputError` naming the file and line for malformed JSON, a value that is not an
+    Raises :class:`InputError` naming the file and line for bytes that are not UTF-8, malformed JSON,
+    a string holding NUL or a lone surrogate (``"\\u0000"``, ``"\\ud800"``), a value that is not an
     object, or a missing required key.
     """
     n_records = 0
     for lineno, line in iter_lines(path):
         if not line.strip():
             continue
+        where = f"line {lineno}"
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", record=f"line {lineno}") from None
+            raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", record=where) from None
+        except RecursionError:
+            raise InputError(path, "malformed JSON: nested too deeply", record=where) from None
+        except ValueError as exc:  # e.g. an integer over Python's digit limit
+            raise InputError(path, f"malformed JSON: {exc}", record=where) from None
+        if "\\u" in line:  # NUL and surrogates can only arrive as escapes (raw ones are refused above)
+            bad = _bad_json_string(obj)
+            if bad:
+                raise InputError(path, f"field {bad[0]} {bad[1]}", record=where)
         if not isinstance(obj, dict):
-            raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=f"line {lineno}")
+            raise InputError(path, f"expected a JSON object, got {type(obj).__name__}", record=where)
         missing = [k for k in required if k not in obj or obj[k] in (None, "")]
         if missing:
-            raise InputError(path, f"missing required field(s): {', '.join(missing)}", record=f"line {lineno}")
+            raise InputError(path, f"missing required field(s): {', '.join(missing)}", record=where)
         n_records += 1
         yield lineno, obj
     if n_records == 0:
@@ -170,26 +508,39 @@ class JsonlAppender:
         self.done_ids: set[str] = set()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
-            good: list[str] = []
-            with open(self.path, encoding="utf-8") as fh:
+            good: list[bytes] = []
+            torn = False
+            with open(self.path, "rb") as fh:  # bytes: a kill may cut a line inside a UTF-8 character
                 for line in fh:
-                    if not line.endswith("\n"):
-                        break  # torn write
                     try:
-                        obj = json.loads(line)
-                    except json.JSONDecodeError:
+                        if not line.endswith(b"\n"):
+                            raise ValueError("torn write")
+                        obj = json.loads(line.decode("utf-8"))
+                    except ValueError:  # torn, undecodable or malformed: the kill's last line
+                        torn = True
                         break
                     good.append(line)
                     if isinstance(obj, dict) and id_key in obj:
                         self.done_ids.add(str(obj[id_key]))
-            with atomic_path(self.path) as tmp:
-                tmp.write_text("".join(good), encoding="utf-8")
+            if torn:
+                with atomic_path(self.path) as tmp:
+                    tmp.write_bytes(b"".join(good))
         self._fh = open(self.path, "a", encoding="utf-8")
 
     def write(self, rec: dict[str, Any], sync: bool = True) -> None:
         """Append one record, flushed to the OS (a killed process loses nothing); ``sync=False`` leaves the
         fsync (power loss) to a later :meth:`sync`, for writers that batch it."""
-        self._fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        line = json.dumps(rec, ensure_ascii=False) + "\n"
+        faults.fault("jsonl.append")
+        if faults.hit("jsonl.torn"):  # fault injection (tests): die with half a line written, inside a character if it can
+            data = line.encode("utf-8")
+            cut = len(data) // 2
+            while cut < len(data) - 1 and (data[cut] & 0xC0) != 0x80:
+                cut += 1
+            self._fh.buffer.write(data[:cut])
+            self._fh.flush()
+            faults.die("jsonl.torn")
+        self._fh.write(line)
         self._fh.flush()
         if sync:
             os.fsync(self._fh.fileno())
@@ -222,6 +573,13 @@ def content_hash(*parts: object, length: int = 16) -> str:
     return h.hexdigest()[:length]
 
 
-def file_hash(path: str | Path) -> str:
-    """sha1 of a file's (decompressed) bytes."""
-    return hashlib.sha1(read_bytes(path)).hexdigest()
+def file_hash(path: str | Path, limits: ReadLimits | None = None) -> str:
+    """sha1 of a file's (decompressed) bytes, streamed; within ``limits`` when given (inputs), unbounded otherwise."""
+    h = hashlib.sha1()
+    with _Source(Path(path), limits) as src:
+        while True:
+            chunk = src.read(_CHUNK)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()

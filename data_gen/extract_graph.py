@@ -9,7 +9,9 @@ the graph's), then within the run, else minted with the teacher's type (through 
 
 One output directory owns one document: ``<output>/extract.graph.json`` names it, and when a later
 run (more snippets, retried skips) produces a different document, the new one is committed first
-and the old one removed after, so a kill between the two leaves nothing lost.
+and the old one removed after, so a kill between the two leaves nothing lost. The state file names
+the document being committed (``pending``) before the commit, so a document committed by a killed
+run is removed by the next run even when that run commits a different one.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.data_gen.relation_schema import RelationSet
+from bencao.faults import fault
 from bencao.io import atomic_write_json, content_hash
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 from bencao.text import norm_key
@@ -50,7 +53,9 @@ def write_extraction(graph: Graph, out: str | Path, records: list[dict[str, Any]
     """Commit the run's document (a no-op when the same one is already there); returns what happened."""
     out = Path(out)
     state_path = out / STATE_FILE
-    previous = json.loads(state_path.read_text(encoding="utf-8")).get("document") if state_path.exists() else None
+    state = json.loads(state_path.read_text(encoding="utf-8")) if state_path.exists() else {}
+    previous = state.get("document")
+    pending = [d for d in state.get("pending") or [] if d != previous]
     present = graph.get_snippets(r["snippet_id"] for r in records)
     usable = [r for r in records if r["snippet_id"] in present and (r["triples"] or r["attributes"])]
     report: dict[str, Any] = {"document": None, "added": False, "snippets_gone": sum(r["snippet_id"] not in present for r in records),
@@ -80,11 +85,18 @@ def write_extraction(graph: Graph, out: str | Path, records: list[dict[str, Any]
             eid = resolve(a["name"], a["type"])
             ent = b.entities[eid]
             b.entity(ent.name, ent.type, id=eid, attributes=a["attributes"])
+    atomic_write_json(state_path, {"document": previous, "pending": sorted({*pending, b.document_id}), "graph": str(graph.dir)})
     added = graph.commit(b)
+    fault("extract.committed")
     report.update({"document": b.document_id, "added": added, "triples": len(b.triples), "entities": len(b.entities)})
     if previous and previous != b.document_id and graph.has_document(previous):
         graph.remove_document(previous)
         report["previous_removed"] = previous
+    orphans = [d for d in pending if d != b.document_id and graph.has_document(d)]  # committed by a killed run
+    for d in orphans:
+        graph.remove_document(d)
+    if orphans:
+        report["interrupted_removed"] = orphans
     atomic_write_json(state_path, {"document": b.document_id, "graph": str(graph.dir)})
     if added or report["previous_removed"]:
         graph.write_manifest(op="extract", detail={"document": b.document_id, "model": model, "triples": len(b.triples), "replaced": report["previous_removed"]})

@@ -1,7 +1,8 @@
 """Build a graph directory from a YAML recipe (``configs/graph/*.yaml``).
 
 A build writes into a temporary directory beside the target and swaps it in only when every source
-has been ingested, so a failed or interrupted build leaves the previous graph intact.
+has been ingested, with one atomic rename of a symlink (``DIR -> .DIR.v-<stamp>``), so a failed or
+killed build leaves the previous graph intact and its leftovers are removed by the next run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any, Callable
 
 from bencao.config import field, load_config
 from bencao.errors import BencaoError, ConfigError
+from bencao.faults import fault
 from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.graph.versions import building_dir, install, managed_path, recover, writer_lock
 
 
 @dataclass
@@ -75,18 +78,26 @@ ProgressFn = Callable[[str, int, int], None]
 
 def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Ingest every source into a fresh graph at ``graph_dir`` (atomically replacing an old one)."""
-    from bencao.retrieval.ingest.registry import get_loader, ingest_file
+    from bencao.retrieval.ingest.registry import get_loader
 
-    graph_dir = Path(graph_dir).resolve()
+    graph_dir = managed_path(graph_dir)
     sources = resolve_sources(cfg, root)
     for s in sources:
         get_loader(s.format)  # unknown formats fail before any work
-    if graph_dir.exists() and any(graph_dir.iterdir()) and not (graph_dir / "graph.sqlite").exists():
+    if graph_dir.is_dir() and not graph_dir.is_symlink() and any(graph_dir.iterdir()) and not (graph_dir / "graph.sqlite").exists():
         raise BencaoError(f"{graph_dir}: exists and is not a bencao graph; refusing to replace it")
     graph_dir.parent.mkdir(parents=True, exist_ok=True)
-    for stale in graph_dir.parent.glob(f".{graph_dir.name}.building-*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = graph_dir.parent / f".{graph_dir.name}.building-{os.getpid()}"
+    with writer_lock(graph_dir):
+        recover(graph_dir)  # leftovers of killed builds
+        return _build_locked(cfg, root, graph_dir, sources, progress)
+
+
+def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: list[ResolvedSource],
+                  progress: ProgressFn | None) -> dict[str, Any]:
+    from bencao.retrieval.ingest.registry import ingest_file
+
+    tmp = building_dir(graph_dir)
+    shutil.rmtree(tmp, ignore_errors=True)
     t0 = time.perf_counter()
     docs: list[dict[str, Any]] = []
     try:
@@ -102,9 +113,11 @@ def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progre
             if progress:
                 progress("done", len(sources), len(sources))
             g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name)
+            fault("build.ingested")
             if cfg.index:
                 _build_indexes(g, cfg, root)
             g.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            fault("build.indexed")
         finally:
             g.close()
         _swap_in(tmp, graph_dir)
@@ -127,8 +140,5 @@ def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path) -> None:
 
 
 def _swap_in(tmp: Path, target: Path) -> None:
-    old = target.parent / f".{target.name}.old-{os.getpid()}"
-    if target.exists():
-        os.replace(target, old)
-    os.replace(tmp, target)
-    shutil.rmtree(old, ignore_errors=True)
+    """Make the finished build the graph at ``target`` in one atomic rename (see ``retrieval/graph/versions.py``)."""
+    install(tmp, target)

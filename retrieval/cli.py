@@ -73,10 +73,11 @@ def index(
 ) -> None:
     """Build or refresh the retrieval indexes: BM25 per kind, dense vectors per embedder (cached by text hash)."""
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.index import resolve_index_config, update_indexes
 
     con = _console()
-    with Graph.open(graph) as g:
+    with writer_lock(graph), Graph.open(graph) as g:
         cfg = resolve_index_config(g, config, overrides or [])
         summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"embedding {kind}: {i}/{n}", end="\r"))
     typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
@@ -93,13 +94,16 @@ def add(
     create: bool = typer.Option(False, "--create", help="Create the graph directory if it does not exist."),
 ) -> None:
     """Add one document to an existing graph (a no-op when the same input is already there)."""
+    from bencao.faults import fault
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.ingest.registry import ingest_file
 
-    with Graph.open(graph, create=create) as g:
+    with writer_lock(graph), Graph.open(graph, create=create) as g:  # one writer at a time: others wait, then go on
         doc_id, added, counts = ingest_file(g, format, path, _parse_options(option or []), title=title, licence=licence)
         if added:
             g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
+            fault("add.manifest")
             refresh_indexes(g)
             typer.echo(f"added {doc_id} ({path.name}): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
         else:
@@ -113,8 +117,9 @@ def remove(
 ) -> None:
     """Remove a document and only what no other document supports."""
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.graph.versions import writer_lock
 
-    with Graph.open(graph) as g:
+    with writer_lock(graph), Graph.open(graph) as g:
         doc = g.get_document(document_id)
         removed = g.remove_document(document_id)
         g.write_manifest("remove", {"document": document_id, "source": doc["source"] if doc else None, "removed": removed})

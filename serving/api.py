@@ -10,6 +10,12 @@ Routes:
 - ``POST /v1/retrieve``: ``{"question", "query_triples"?, "use_cot"?, "options"?}`` → Evidence JSON.
 - ``GET /v1/models``, ``GET /healthz``; ``GET /`` serves the web page (``serving/web``).
 
+Freshness: with a ``reload`` function (``bencao serve`` passes one) the server compares the graph's
+store key (``store_key``: the file behind the DIR symlink and its write generation) before each
+request; when ``graph add``/``remove``/``build`` changed it, the pipeline is rebuilt once, in a worker
+thread, and swapped in between requests (requests in flight finish on the old one). A reload that
+fails keeps the old pipeline and is retried after the next change.
+
 Limits: a bearer API key on ``/v1/*`` when one is configured (401 otherwise); bodies over
 ``max_body_bytes`` get 413; at most ``max_concurrency`` requests are answered at once and
 ``max_queue`` more wait, beyond which a request gets 429 at once; a request that waited longer than
@@ -30,7 +36,8 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 from bencao.config import field
-from bencao.errors import BencaoError
+from bencao.errors import BencaoError, InvalidValue
+from bencao.io import check_text
 
 WEB_DIR = Path(__file__).with_name("web")
 log = logging.getLogger(__name__)
@@ -44,6 +51,8 @@ class ApiConfig:
     port: int = field(8000, help="TCP port.")
     api_key_env: str = field("BENCAO_API_KEY", help="Environment variable holding the bearer API key; when it is set (or --api-key is given) /v1/* requires it.")
     max_body_bytes: int = field(1_048_576, help="Largest request body accepted; bigger bodies get 413.")
+    body_timeout_s: float = field(30.0, help="Longest time to receive a request body; a slower client (e.g. one byte a second) gets 408 and is disconnected.")
+    max_connections: int = field(1000, help="Open connections the server accepts at once; beyond that new requests get 503.")
     max_concurrency: int = field(2, help="Requests answered at the same time.")
     max_queue: int = field(16, help="Requests allowed to wait for a free slot; more get 429 at once.")
     queue_timeout_s: float = field(60.0, help="Longest wait for a free slot before 503.")
@@ -106,11 +115,13 @@ class SlotLimiter:
 
 
 class BodyLimitMiddleware:
-    """Pure ASGI: refuses bodies over ``limit`` bytes with 413, by Content-Length or by counting."""
+    """Pure ASGI: refuses bodies over ``limit`` bytes with 413, by Content-Length or by counting, and
+    bodies not received within ``timeout_s`` with 408 (a slow-body client cannot hold a connection)."""
 
-    def __init__(self, app: Any, limit: int):
+    def __init__(self, app: Any, limit: int, timeout_s: float = 30.0):
         self.app = app
         self.limit = limit
+        self.timeout_s = timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
@@ -129,8 +140,14 @@ class BodyLimitMiddleware:
         # Read the body (chunked uploads have no Content-Length) up to the limit, then replay it.
         chunks: list[bytes] = []
         size = 0
+        deadline = time.monotonic() + self.timeout_s
         while True:
-            msg = await receive()
+            try:
+                msg = await asyncio.wait_for(receive(), timeout=max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                await self._reply(send, 408, error_body(f"request body not received within {self.timeout_s:g}s", "invalid_request_error",
+                                                        "request_timeout"), close=True)
+                return
             if msg["type"] == "http.disconnect":
                 return
             body = msg.get("body", b"")
@@ -159,14 +176,73 @@ class BodyLimitMiddleware:
                           "request_too_large")
 
     @staticmethod
-    async def _reply(send: Any, status: int, body: dict[str, Any]) -> None:
+    async def _reply(send: Any, status: int, body: dict[str, Any], close: bool = False) -> None:
         data = json.dumps(body).encode("utf-8")
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+        if close:
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": data})
 
 
 # --------------------------------------------------------------------------- app
+
+
+class PipelineHolder:
+    """The pipeline requests are answered with; rebuilt between requests when the graph on disk changed."""
+
+    def __init__(self, pipeline: Any, reload: Any = None):
+        self.pipeline = pipeline
+        self.reload = reload
+        self.graph_dir = getattr(pipeline, "graph_dir", None)
+        self.signature = self._signature()
+        self.key = self._key()
+        self.failed_key: Any = None
+        self.reloads = 0
+        self.last_error: str | None = None
+        self._lock: asyncio.Lock | None = None
+
+    def _key(self) -> Any:
+        if self.reload is None or self.graph_dir is None:
+            return None
+        from bencao.retrieval.graph.store import store_key
+
+        return store_key(self.graph_dir)
+
+    def _signature(self) -> Any:
+        if self.reload is None or self.graph_dir is None:
+            return None
+        from bencao.retrieval.graph.store import store_signature
+
+        return store_signature(self.graph_dir)
+
+    async def current(self) -> Any:
+        """The pipeline for this request: reloaded first when the store changed since it was loaded."""
+        if self.reload is None:
+            return self.pipeline
+        signature = self._signature()  # a few stat calls; the generation is read only when they moved
+        if signature == self.signature:
+            return self.pipeline
+        self.signature = signature
+        key = self._key()
+        if key is None or key == self.key or key == self.failed_key:
+            return self.pipeline
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one reload at a time; requests arriving meanwhile wait and get the new one
+            key = self._key()
+            if key is not None and key != self.key and key != self.failed_key:
+                from starlette.concurrency import run_in_threadpool
+
+                try:
+                    new = await run_in_threadpool(self.reload)
+                except Exception as exc:  # noqa: BLE001 - keep serving the old graph, say why
+                    self.failed_key, self.last_error = key, f"{type(exc).__name__}: {exc}"
+                    log.error("graph changed but reloading it failed (still serving the previous one): %s", self.last_error)
+                else:
+                    self.pipeline, self.key, self.reloads, self.last_error = new, key, self.reloads + 1, None
+                    log.warning("graph %s changed (generation %s): pipeline reloaded", self.graph_dir, key[2])
+        return self.pipeline
 
 
 def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
@@ -174,9 +250,10 @@ def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
     return key or None
 
 
-def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None = None) -> Any:
+def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None = None, reload: Any = None) -> Any:
     """The FastAPI app over a loaded :class:`bencao.serving.pipeline.AnswerPipeline` (or any object
-    with ``answer``, ``retrieve_dict``, ``model_name`` and ``info``)."""
+    with ``answer``, ``retrieve_dict``, ``model_name`` and ``info``). ``reload()`` builds a fresh
+    pipeline when the graph changes on disk (see :class:`PipelineHolder`)."""
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
@@ -219,7 +296,8 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
 
     app = FastAPI(title="bencao", description="Answers about TCM, foods and dietary supplements with traceable evidence.",
                   version="1", docs_url="/docs", redoc_url=None)
-    app.state.pipeline = pipeline
+    holder = PipelineHolder(pipeline, reload)
+    app.state.holder = holder
     app.state.limiter = limiter
 
     @app.exception_handler(ApiError)
@@ -274,6 +352,13 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         finally:
             limiter.release()
 
+    def checked(text: str, param: str) -> str:
+        """Text a reply can carry: NUL and lone surrogates (``"\\ud800"``) cannot be encoded back to the client."""
+        try:
+            return check_text(text, param)
+        except InvalidValue as exc:
+            raise ApiError(400, str(exc), param=param, code="invalid_text") from None
+
     def question_of(req: ChatRequest) -> str:
         users = [m for m in req.messages if m.role == "user"]
         if not users:
@@ -281,7 +366,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         content = users[-1].content
         if isinstance(content, list):
             content = "\n".join(p.text or "" for p in content if p.type == "text")
-        q = (content or "").strip()
+        q = checked((content or "").strip(), "messages")
         if not q:
             raise ApiError(400, "the question (last user message) is empty", param="messages", code="empty_question")
         if len(q) > cfg.max_question_chars:
@@ -291,18 +376,25 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
 
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
+        pipeline = await holder.current()
         return {"status": "ok", **pipeline.info(), "uptime_s": round(time.time() - started, 1),
-                "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key)}
+                "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key),
+                "graph_generation": holder.key[2] if holder.key else None, "reloads": holder.reloads,
+                **({"reload_error": holder.last_error} if holder.last_error else {})}
 
     @app.get("/v1/models")
     async def models(request: Request) -> dict[str, Any]:
         check_key(request)
+        pipeline = holder.pipeline
         return {"object": "list", "data": [{"id": pipeline.model_name, "object": "model", "created": int(started), "owned_by": "bencao"}]}
 
     @app.post("/v1/retrieve")
     async def retrieve(request: Request, body: RetrieveRequest) -> dict[str, Any]:
         check_key(request)
-        q = body.question.strip()
+        pipeline = await holder.current()
+        q = checked(body.question.strip(), "question")
+        for i, opt in enumerate(body.options or []):
+            checked(opt, f"options[{i}]")
         if not q:
             raise ApiError(400, "question is empty", param="question", code="empty_question")
         if len(q) > cfg.max_question_chars:
@@ -310,6 +402,9 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         triples = None
         if body.query_triples is not None:
             triples = [t if isinstance(t, dict) else dict(zip(("head", "relation", "tail"), t)) for t in body.query_triples]
+            for i, t in enumerate(triples):
+                for part in t.values():
+                    checked(part, f"query_triples[{i}]")
             if any(len(t) != 3 for t in triples):
                 raise ApiError(400, "query_triples: each triple needs head, relation and tail", param="query_triples")
         return await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
@@ -317,6 +412,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, body: ChatRequest) -> Any:
         check_key(request)
+        pipeline = await holder.current()
         if len(body.messages) > cfg.max_messages:
             raise ApiError(400, f"messages: {len(body.messages)} messages, over the limit of {cfg.max_messages}", param="messages")
         q = question_of(body)
@@ -379,5 +475,5 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         async def index() -> Any:
             return FileResponse(WEB_DIR / "index.html", media_type="text/html")
 
-    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes, timeout_s=cfg.body_timeout_s)
     return app

@@ -142,9 +142,9 @@ def serve(
     key = resolve_api_key(cfg.api, api_key)
     if key is None and h not in ("127.0.0.1", "localhost", "::1"):
         typer.echo(f"warning: serving on {h} without an API key; set ${cfg.api.api_key_env} or --api-key", err=True)
-    app_ = create_app(pipeline, cfg.api, key)
+    app_ = create_app(pipeline, cfg.api, key, reload=lambda: open_pipeline(graph, cfg))  # reloads when the graph changes
     typer.echo(f"bencao serving {graph} on http://{h}:{p}/ (answers by {pipeline.info()['answerer']})", err=True)
-    uvicorn.run(app_, host=h, port=p, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(app_, host=h, port=p, log_level="warning", timeout_graceful_shutdown=5, limit_concurrency=cfg.api.max_connections)
 
 
 @app.command("infer")

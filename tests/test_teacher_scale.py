@@ -88,12 +88,12 @@ def test_extract_keeps_64_requests_in_flight_and_a_killed_run_resumes_exactly(gr
     out = tmp_path / "killed"
     proc = _extract(graph_dir, out, url)
     deadline = time.monotonic() + 120
-    while True:
+    while True:  # kill once 100 records are out and the run is mid-flight (on a busy machine the two need not coincide at once)
         n = len((out / "extract.records.jsonl").read_text(encoding="utf-8").splitlines()) if (out / "extract.records.jsonl").exists() else 0
-        if n >= 100 or proc.poll() is not None or time.monotonic() > deadline:
+        if (n >= 100 and stats.in_flight >= 32) or proc.poll() is not None or time.monotonic() > deadline:
             break
-        time.sleep(0.05)
-    assert stats.in_flight >= 32, "the run should be mid-flight when it is killed"
+        time.sleep(0.01)
+    assert stats.in_flight >= 32 and proc.poll() is None, "the run should be mid-flight when it is killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     kept = _records(out)

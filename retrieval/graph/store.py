@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from bencao.errors import BencaoError
-from bencao.io import atomic_write_json, content_hash
+from bencao.io import atomic_write_json, check_name, check_text, content_hash
 from bencao.text import norm_key
 
 SCHEMA_VERSION = 1
@@ -41,6 +41,53 @@ MANIFEST_NAME = "manifest.json"
 LAYER_PRECEDENCE = ("imported", "book", "personal", "completed")
 
 _SCHEMA_SQL = (Path(__file__).with_name("schema.sql")).read_text(encoding="utf-8")
+
+
+#: Seconds a write waits for another connection's write transaction before giving up.
+BUSY_TIMEOUT_S = 60.0
+
+
+def _ino(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def store_signature(directory: str | Path) -> tuple | None:
+    """What ``stat`` says of the store behind ``directory`` (file, inode, mtimes and sizes of the store and
+    its WAL): any commit changes it, at a fraction of the cost of :func:`store_key`, so a server can
+    check it before every request and read the generation only when it moved."""
+    try:
+        real = os.path.realpath(Path(directory) / DB_NAME)
+        st = os.stat(real)
+        try:
+            wal = os.stat(real + "-wal")
+            w = (wal.st_mtime_ns, wal.st_size)
+        except FileNotFoundError:
+            w = (0, 0)
+    except OSError:
+        return None
+    return (real, st.st_ino, st.st_mtime_ns, st.st_size, *w)
+
+
+def store_key(directory: str | Path) -> tuple[str, int, int] | None:
+    """``(store file, its inode, write generation)`` of the graph at ``directory``, read with a short-lived
+    read-only connection: a long-lived reader (``bencao serve``) compares it between requests to notice
+    a rebuilt graph (another file behind the DIR symlink) or a committed change (a higher generation).
+    None when there is no readable graph there (e.g. in the middle of a recovery)."""
+    path = Path(directory) / DB_NAME
+    try:
+        real = os.path.realpath(path)
+        ino = os.stat(real).st_ino
+        conn = sqlite3.connect(f"file:{real}?mode=ro", uri=True, timeout=1.0)
+        try:
+            r = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        finally:
+            conn.close()
+    except (OSError, sqlite3.Error):
+        return None
+    return (real, ino, int(r[0]) if r else 0)
 
 
 def _now() -> str:
@@ -118,7 +165,7 @@ class DocumentBuilder:
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
         """Add a heading; returns its id. ``parent=None`` makes a root (the book itself)."""
-        title = title.strip() or "(untitled)"
+        title = check_text(title.strip(), "section title") or "(untitled)"
         path = [*self._section_paths[parent], title] if parent else [title]
         ord_ = len(self.sections)
         sid = "S" + content_hash(self.document_id, json.dumps(path, ensure_ascii=False), ord_)
@@ -134,6 +181,7 @@ class DocumentBuilder:
     def snippet(self, section_id: str, text: str, n_tokens: int | None = None) -> str:
         from bencao.text import count_tokens
 
+        check_text(text, "snippet text")
         ord_ = self._snippet_ord[section_id]
         self._snippet_ord[section_id] += 1
         sid = "P" + content_hash(section_id, ord_, text)
@@ -151,9 +199,8 @@ class DocumentBuilder:
         alias (in this document or in the graph) is reused, else a content-hash id is minted.
         ``aliases`` are ``(alias, kind)`` pairs.
         """
-        name = name.strip()
-        if not name:
-            raise ValueError("entity name is empty")
+        name = check_name(name, "entity name")
+        type = check_name(type, "entity type")
         key = norm_key(name)
         if id is None:
             id = self._local_names.get((type, key)) or self.graph.find_entity_id(key, type) or entity_id_for(name, type)
@@ -164,15 +211,15 @@ class DocumentBuilder:
         if attributes:
             ent.attributes = merge_attributes([ent.attributes, attributes])
         if description and not ent.description:
-            ent.description = description
+            ent.description = check_text(description, "description")
         for alias, kind in aliases:
             self.alias(id, alias, kind)
         return id
 
     def alias(self, entity_id: str, alias: str, kind: str) -> None:
-        alias = alias.strip()
-        if not alias:
+        if not alias.strip():
             return
+        alias = check_name(alias, f"{kind} alias")
         key = norm_key(alias)
         if not key:
             return
@@ -182,6 +229,7 @@ class DocumentBuilder:
             self._local_names.setdefault((ent.type, key), entity_id)
 
     def relation(self, name: str, description: str | None = None, head_type: str | None = None, tail_type: str | None = None) -> None:
+        name = check_name(name, "relation name")
         self.relations[name] = (name, description, head_type, tail_type)
 
     def triple(self, head_id: str, relation: str, tail_id: str, *, confidence: float, layer: str, origin: str,
@@ -193,7 +241,7 @@ class DocumentBuilder:
             if eid not in self.entities:
                 raise KeyError(f"entity {eid} must be added to the builder before a triple uses it")
         if relation not in self.relations:
-            self.relations[relation] = (relation, None, None, None)
+            self.relations[check_name(relation, "relation name")] = (relation, None, None, None)
         tid = triple_id_for(head_id, relation, tail_id)
         attrs = self._attrs_json(attributes) if attributes else "{}"
         prev = self.triples.get(tid)
@@ -240,6 +288,7 @@ class Graph:
         self.dir = directory
         self.conn = conn
         self._lock = threading.RLock()
+        self._db_ino: int | None = None  # the store file this connection opened (a rebuild replaces it)
 
     # -- lifecycle
     @classmethod
@@ -258,7 +307,10 @@ class Graph:
     @classmethod
     def open(cls, directory: str | Path, create: bool = False, read_only: bool = False) -> "Graph":
         """Open an existing graph directory (``create=True`` makes an empty one when missing)."""
+        from bencao.retrieval.graph.versions import recover
+
         directory = Path(directory)
+        recover(directory)  # a build killed while swapping, its leftovers (cheap when there are none)
         if not (directory / DB_NAME).exists():
             if create:
                 return cls.create(directory)
@@ -276,13 +328,15 @@ class Graph:
         if read_only:
             conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
         else:
-            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA cache_size=-262144")  # 256 MiB page cache
         conn.row_factory = sqlite3.Row
-        return cls(directory, conn)
+        g = cls(directory, conn)
+        g._db_ino = os.stat(path).st_ino
+        return g
 
     def close(self) -> None:
         self.conn.close()
@@ -352,10 +406,21 @@ class Graph:
         Every change to the store goes through here, so the generation counter that per-graph caches
         key on (``state_key``) moves with each committed change, in this process and in others.
         """
-        with self._lock:
+        from bencao.retrieval.graph.versions import writer_lock
+
+        with self._lock, writer_lock(self.dir):
             c = self.conn
-            c.execute("BEGIN IMMEDIATE")
             try:
+                c.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                raise BencaoError(f"{self.dir}: the graph is being written by another process and stayed busy for "
+                                  f"{BUSY_TIMEOUT_S:g}s; run this again when it has finished") from None
+            try:
+                if self._db_ino is not None and _ino(self.dir / DB_NAME) != self._db_ino:
+                    raise BencaoError(f"{self.dir}: the graph was rebuilt while this command ran; nothing was written, "
+                                      "run the command again")
                 yield c
                 c.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
                           "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")

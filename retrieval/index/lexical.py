@@ -192,6 +192,36 @@ class LexicalIndex:
         order = np.lexsort((docs, -sc))[:k]
         return [(self.ids[int(docs[i])], float(sc[i])) for i in order]
 
+    def score_ids(self, query: str | list[str], ids: list[str]) -> dict[str, float]:
+        """BM25 of ``query`` for the given documents only (absent ids and documents without a query token score 0).
+
+        Reads each query token's postings and picks the documents asked for: the cost is the
+        tokens' posting lengths, not a pass over every document."""
+        pos = self.__dict__.get("_pos")
+        if pos is None:
+            pos = self.__dict__["_pos"] = {d: i for i, d in enumerate(self.ids)}
+        want = np.array(sorted({pos[i] for i in ids if i in pos}), dtype=np.int64)
+        out = {i: 0.0 for i in ids}
+        toks = analyze(query) if isinstance(query, str) else list(query)
+        vocab = self.bm25.vocab_dict
+        content = [t for t in toks if t not in _QUERY_STOPWORDS] or toks
+        tids = [vocab[t] for t in content if t in vocab]
+        if not len(want) or not tids:
+            return out
+        sm = self.bm25.scores
+        indptr, indices, data = sm["indptr"], sm["indices"], sm["data"]
+        sc = np.zeros(len(want), dtype=np.float64)
+        for t in tids:
+            col = indices[indptr[t]:indptr[t + 1]]  # ascending document numbers
+            if not len(col):
+                continue
+            at = np.minimum(np.searchsorted(col, want), len(col) - 1)
+            hit = col[at] == want
+            sc[hit] += data[indptr[t]:indptr[t + 1]][at[hit]]
+        for p, v in zip(want.tolist(), sc.tolist()):
+            out[self.ids[p]] = v
+        return out
+
     def save(self, directory: Path) -> None:
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)

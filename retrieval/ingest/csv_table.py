@@ -1,7 +1,8 @@
 """CSV rows with row-precise errors, shared by the catalogue and knowledge-base loaders.
 
-The file is read with encoding detection (UTF-8 or GB18030, see ``bencao.io.read_text``) and parsed
-by the standard ``csv`` module with a field-size limit large enough for quoted multi-line cells
+The file is read through ``bencao.io.read_text`` (bounded; UTF-8 unless the loader option
+``encoding`` names another codec, e.g. ``encoding=gb18030``; bytes that are not valid UTF-8 are refused
+naming the line) and parsed by the standard ``csv`` module with a field-size limit large enough for quoted multi-line cells
 (iDISK's long text columns). Every data row must have exactly as many fields as the header; a
 row that does not is refused with its row number and physical line, never silently padded.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_text
+from bencao.io import read_text, set_record
 
 
 def _raise_field_limit() -> None:
@@ -51,7 +52,7 @@ class CsvTable:
     def __init__(self, path: str | Path, delimiter: str = ","):
         self.path = Path(path)
         self.delimiter = delimiter
-        self._text = read_text(self.path)
+        self._text = read_text(self.path, guess=False)
         reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=delimiter)
         try:
             header = next(reader)
@@ -86,6 +87,8 @@ class CsvTable:
                 if len(fields) != n:
                     raise InputError(self.path, f"expected {n} fields as in the header, got {len(fields)}",
                                      record=f"row {number} (line {line})")
-                yield Row(number, line, dict(zip(self.header, fields)))
+                row = Row(number, line, dict(zip(self.header, fields)))
+                set_record(row.where)
+                yield row
         except csv.Error as exc:
             raise InputError(self.path, f"malformed CSV: {exc}", record=f"row {number + 1} (line {reader.line_num})") from None

@@ -23,6 +23,7 @@ from typing import Any, Iterator, Literal
 
 from bencao.config import field, from_dict, read_yaml
 from bencao.errors import ConfigError, InputError
+from bencao.io import set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.csv_table import CsvTable, Row
 from bencao.retrieval.ingest.registry import register
@@ -234,6 +235,7 @@ def _load_relations(b: DocumentBuilder, path: Path, table: CsvTable, m: Relation
 def _relation_row(b: DocumentBuilder, path: Path, row: Row, m: RelationMapping, known: dict[str, tuple[str, str, str] | None],
                   n: int, skipped: int) -> tuple[int, int]:
     """One relation row into the builder; returns the updated (rows added, rows skipped)."""
+    set_record(row.where)
     head_kb, tail_kb = row.values[m.head_column].strip(), row.values[m.tail_column].strip()
     head, tail = _resolve(b, head_kb, known), _resolve(b, tail_kb, known)
     if head is None or tail is None:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import InputError
-from bencao.io import read_bytes
+from bencao.io import decode_text, read_bytes, read_limits, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.ontology import add_is_a, type_of_curie
 from bencao.retrieval.ingest.registry import register
@@ -29,15 +29,20 @@ from bencao.retrieval.ingest.registry import register
 def read_ontology(path: Path, fmt: str) -> Any:
     """Parse ``path`` with pronto; every failure becomes an :class:`InputError` naming the file (and line)."""
     import pronto
+    from pronto.parsers.obo import OboParser
+    from pronto.parsers.rdfxml import RdfXMLParser
 
-    data = read_bytes(path)  # .gz is decompressed here, so pronto sees plain bytes
+    data = read_bytes(path)  # bounded: .gz decompressed, line and size limits checked while reading
     if not data.strip():
         raise InputError(path, "empty file")
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise InputError(path, "not UTF-8 (OBO and OWL files are UTF-8)", record=f"line {line}") from None
+    text = decode_text(data, path, guess=False)  # UTF-8 unless the option encoding says otherwise
+    if read_limits().encoding:
+        data = text.encode("utf-8")
+    head = data[:4096]
+    if fmt == "owl" and not RdfXMLParser.can_parse(str(path), head):
+        raise InputError(path, "not an OWL RDF/XML file: expected an XML document starting with <?xml or <rdf:RDF")
+    if fmt == "obo" and not OboParser.can_parse(str(path), head):
+        raise InputError(path, "not an OBO file: expected a 'format-version:' header or a [Term] stanza at the start")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # pronto warns about every annotation property it does not model
         try:
@@ -49,8 +54,12 @@ def read_ontology(path: Path, fmt: str) -> Any:
             raise InputError(path, f"malformed {fmt.upper()}: {msg}", record=f"line {line}" if line else None) from None
         except KeyError as exc:
             raise InputError(path, f"term {exc.args[0]} is referenced (e.g. as a superclass) but not declared in the file") from None
-        except ValueError:
-            raise InputError(path, f"not an {fmt.upper()} file: pronto recognises neither OBO nor OWL RDF/XML in it") from None
+        except (ValueError, TypeError, AttributeError) as exc:
+            raise InputError(path, f"malformed {fmt.upper()}: pronto cannot read it ({type(exc).__name__}: {exc})") from None
+        except BaseException as exc:  # the Rust OBO parser panics (a BaseException) on some malformed input
+            if type(exc).__name__ != "PanicException":
+                raise
+            raise InputError(path, f"malformed {fmt.upper()}: the parser gave up ({exc})") from None
 
 
 def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
@@ -60,6 +69,7 @@ def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
     kept = {t.id for t in terms}
     unnamed = 0
     for t in terms:
+        set_record(f"term {t.id}")
         name = (t.name or "").strip()
         if not name:
             unnamed += 1
@@ -73,6 +83,7 @@ def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
                  aliases=aliases, attributes=attrs or None)
     n_edges = skipped = 0
     for t in terms:
+        set_record(f"term {t.id}")
         for parent in sorted(p.id for p in t.superclasses(distance=1, with_self=False)):
             if parent in kept and parent != t.id:
                 add_is_a(b, t.id, parent)

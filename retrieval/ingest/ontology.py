@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import InputError
-from bencao.io import iter_jsonl
+from bencao.io import iter_jsonl, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.registry import register
 
@@ -51,10 +51,12 @@ def load_foodon_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -
             val = rec.get(key) or []
             if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
                 raise InputError(path, f"'{key}' must be a list of strings", record=f"line {lineno}")
-        if not isinstance(rec["label"], str):
-            raise InputError(path, "'label' must be a string", record=f"line {lineno}")
+        for key in ("label", "definition"):
+            if rec.get(key) is not None and not isinstance(rec[key], str):
+                raise InputError(path, f"'{key}' must be a string", record=f"line {lineno}")
         terms.append((lineno, rec))
-    for _, rec in terms:
+    for lineno, rec in terms:
+        set_record(f"line {lineno}")
         curie = str(rec["id"]).strip()
         aliases = [(s, "synonym") for s in rec.get("synonyms") or []]
         aliases.append((curie, "xref"))

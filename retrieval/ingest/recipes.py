@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import InputError
-from bencao.io import iter_jsonl
+from bencao.io import iter_jsonl, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.registry import register
 
@@ -132,6 +132,7 @@ def load_recipes_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) 
     categories: dict[str, str] = {}
     n_ing = n_sym = 0
     for lineno, rec in records:
+        set_record(f"line {lineno}")
         cat = (rec.get("category") or "").strip() or "(未分类)"
         if cat not in categories:
             categories[cat] = b.section(cat, parent=book)

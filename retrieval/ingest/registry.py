@@ -8,6 +8,11 @@ Register a format::
 ``ingest_file`` hashes the input (bytes + format + options) into the document id, so re-ingesting
 is a no-op; runs the loader; refuses an empty result; and commits in one transaction, so a bad
 record leaves the graph exactly as it was.
+
+Every format also accepts the reading options of ``bencao.io.ReadLimits`` (``encoding``,
+``max_line_bytes``, ``max_bytes``, ``max_ratio``, ``max_name_chars``): the loader reads through
+``bencao.io`` under those limits, and a value the builder refuses (``InvalidValue``: an empty
+name, a control character) becomes an ``InputError`` naming the file and the record being read.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from bencao.errors import BencaoError, InputError
-from bencao.io import file_hash
+from bencao.errors import BencaoError, InputError, InvalidValue
+from bencao.faults import fault
+from bencao.io import LIMIT_OPTIONS, current_record, file_hash, limits_from_options, using_limits
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 
 LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
@@ -88,19 +94,30 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     spec = get_loader(fmt)
     path = Path(path)
     options = dict(options or {})
-    unknown = sorted(set(options) - set(spec.options))
+    accepted = tuple(dict.fromkeys(spec.options + LIMIT_OPTIONS))
+    unknown = sorted(set(options) - set(accepted))
     if unknown:
-        raise BencaoError(f"format {fmt!r} has no option(s) {', '.join(unknown)}; it accepts: {', '.join(spec.options) or 'none'}")
+        raise BencaoError(f"format {fmt!r} has no option(s) {', '.join(unknown)}; it accepts: {', '.join(accepted)}")
+    limits = limits_from_options(options, where=f"{path}: options")
     if not path.exists():
         raise InputError(path, "file not found")
-    key = file_hash(path) + json.dumps(options, sort_keys=True, ensure_ascii=False)
-    if spec.extra_key is not None:
-        key += spec.extra_key(path, options)
-    b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
-                      meta={"path": str(path), "options": options})
-    if graph.has_document(b.document_id):
-        return b
-    spec.fn(b, path, options)
+    if not path.is_file():
+        raise InputError(path, "not a regular file")
+    # Options that change what is read go into the document id; limits only accept or refuse.
+    keyed = {k: v for k, v in options.items() if k in spec.options or k == "encoding"}
+    loader_options = {k: v for k, v in options.items() if k in spec.options}
+    with using_limits(limits):
+        key = file_hash(path, limits) + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
+        if spec.extra_key is not None:
+            key += spec.extra_key(path, loader_options)
+        b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
+                          meta={"path": str(path), "options": options})
+        if graph.has_document(b.document_id):
+            return b
+        try:
+            spec.fn(b, path, loader_options)
+        except InvalidValue as exc:  # a value the builder refused: name the file and the record being read
+            raise InputError(path, str(exc), record=current_record()) from None
     if not b.sections and not b.snippets and not b.entities:
         raise InputError(path, "empty document: nothing to ingest")
     return b
@@ -110,7 +127,12 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
                 title: str | None = None, licence: str | None = None) -> tuple[str, bool, dict[str, int]]:
     """Ingest one file. Returns ``(document_id, added, counts)``; ``added`` is False when already present."""
     b = build_document(graph, fmt, path, options, title, licence)
-    added = graph.commit(b) if not graph.has_document(b.document_id) else False
+    fault("ingest.parsed")
+    try:
+        added = graph.commit(b) if not graph.has_document(b.document_id) else False
+    except UnicodeEncodeError as exc:  # a lone surrogate that no check caught: still one line, nothing written
+        raise InputError(path, f"text that is not valid Unicode ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from None
+    fault("ingest.committed")
     return b.document_id, added, b.counts
 
 

@@ -58,26 +58,31 @@ def holds_option(text: str, option: str) -> bool:
 
 def option_retrieve(g: Graph, ix: Any, question: str, options: list[str], *, k_per_option: int = 1,
                     candidates: int = 20) -> tuple[list[SnippetHit], list[float]]:
-    """Passages for each option (query: question + option, BM25) that hold the option, and each option's support."""
-    if ix is None or not options:
+    """Passages for each option that hold the option, ranked by the BM25 of question + option, and each option's support.
+
+    Candidates come from two searches per option — the option's own text (passages that name it)
+    and question + option — so an option named in few passages is not lost behind the question's
+    words; those that hold the option are scored by BM25 of question + option, the classic IR
+    solver's score, and the best is the option's support."""
+    lex = ix.lexical("snippets") if ix is not None else None
+    if lex is None or not options:
         return [], [0.0] * len(options)
-    found: list[list[tuple[str, float]]] = []
+    pools: list[list[str]] = []
     for opt in options:
-        found.append(ix.lexical_search("snippets", f"{question} {opt}", candidates) if opt.strip() else [])
-    rows = g.get_snippets({sid for hits in found for sid, _ in hits})
+        if not opt.strip():
+            pools.append([])
+            continue
+        hits = ix.lexical_search("snippets", opt, candidates) + ix.lexical_search("snippets", f"{question} {opt}", candidates)
+        pools.append(list(dict.fromkeys(sid for sid, _ in hits)))
+    rows = g.get_snippets({sid for pool in pools for sid in pool})
     support: list[float] = []
     kept: list[tuple[int, str, float]] = []
-    for i, (opt, hits) in enumerate(zip(options, found)):
-        best, n = 0.0, 0
-        for sid, score in hits:
-            row = rows.get(sid)
-            if row is None or not holds_option(row["text"], opt):
-                continue
-            best = max(best, float(score))
-            if n < k_per_option:
-                kept.append((i, sid, float(score)))
-                n += 1
-        support.append(round(best, 4))
+    for i, (opt, pool) in enumerate(zip(options, pools)):
+        holding = [sid for sid in pool if sid in rows and holds_option(rows[sid]["text"], opt)]
+        scores = lex.score_ids(f"{question} {opt}", holding) if holding else {}
+        ranked = sorted(holding, key=lambda sid: -scores[sid])
+        support.append(round(scores[ranked[0]], 4) if ranked else 0.0)
+        kept += [(i, sid, scores[sid]) for sid in ranked[:k_per_option]]
     top = max(support, default=0.0) or 1.0
     out: dict[str, SnippetHit] = {}
     for i, sid, score in kept:

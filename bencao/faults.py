@@ -1,0 +1,66 @@
+"""Fault injection for the crash tests: die like ``kill -9`` at a named point of a long step.
+
+``BENCAO_FAULT=<point>`` makes the process exit at once with status 137 (``os._exit``: no cleanup,
+no ``finally``, no flush — what SIGKILL leaves) when it reaches ``fault("<point>")``;
+``<point>@<n>`` dies the n-th time the point is reached (``jsonl.append@3``: after two records).
+Several points may be given, comma-separated. Unset (the normal case) a check costs one
+environment lookup.
+
+Points (where the code calls :func:`fault`):
+
+- ``build.ingested``  graph build: every source ingested into the temporary directory
+- ``build.indexed``   graph build: indexes built, not yet renamed to a version
+- ``build.versioned`` graph build: the new version is complete beside the old one, not yet linked
+- ``build.migrating`` graph build over a plain directory: the old directory renamed to a version, DIR not yet a link
+- ``build.linked``    graph build: the new link is made, not yet swapped in
+- ``build.swapped``   graph build: DIR points at the new version; the old one is not yet removed
+- ``ingest.parsed``   graph add/build: a source is parsed, nothing of it written (``@n``: the n-th source)
+- ``ingest.committed`` graph add/build: a source's document is committed
+- ``add.manifest``    graph add: document committed and manifest written, indexes not yet refreshed
+- ``jsonl.append``    resumable JSONL output (infer, data runs): before a record is written
+- ``jsonl.torn``      resumable JSONL output: half of a record's line written
+- ``extract.committed`` data extract: the run's document committed, the previous run's not yet removed
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import Counter
+
+ENV = "BENCAO_FAULT"
+EXIT_CODE = 137
+_seen: Counter[str] = Counter()
+
+
+def _wanted(point: str) -> int | None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return None
+    for item in spec.split(","):
+        name, _, nth = item.strip().partition("@")
+        if name == point:
+            return int(nth) if nth else 1
+    return None
+
+
+def hit(point: str) -> bool:
+    """Count a visit of ``point``; True when ``BENCAO_FAULT`` says the process dies at this visit."""
+    nth = _wanted(point)
+    if nth is None:
+        return False
+    _seen[point] += 1
+    return _seen[point] >= nth
+
+
+def die(point: str) -> None:
+    """Exit at once with status 137, as ``kill -9`` would leave things."""
+    sys.stderr.write(f"fault injected at {point}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_CODE)
+
+
+def fault(point: str) -> None:
+    """Exit with status 137 here when ``BENCAO_FAULT`` names this point (and its visit count is reached)."""
+    if hit(point):
+        die(point)
