@@ -309,7 +309,6 @@ def pagerank_vs_networkx(g, r, questions: list[str]) -> dict[str, Any]:
     merged weighted edges (one per ordered pair, mean confidence; what the path stage reads from its
     cached adjacency) and each building its own graph inside the timing."""
     import networkx as nx
-    import numpy as np
 
     from bencao.retrieval.search.adjacency import adjacency_for
     from bencao.retrieval.search.pagerank import merge_parallel, pagerank_arrays, path_score

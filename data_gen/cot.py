@@ -178,6 +178,7 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
     from bencao.errors import ConfigError
     from bencao.llm.registry import make_client
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index import refresh_indexes
 
     if not cfg.input:
         raise ConfigError("cot: no input file (--input or input=...)")
@@ -205,6 +206,7 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
             raise ConfigError(f"teacher: {cfg.teacher!r} is not one of kg-paths, llm")
         summary = run_items([(it.id, it) for it in items], teacher, out=out, name="cot", concurrency=concurrency, progress=cfg.progress,
                             ledger=ledger if cfg.teacher == "llm" else None)
+        refresh_indexes(graph)  # the personal layer's reasoning documents and triples are retrievable at once
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}

@@ -98,6 +98,9 @@ def write_extraction(graph: Graph, out: str | Path, records: list[dict[str, Any]
     if orphans:
         report["interrupted_removed"] = orphans
     atomic_write_json(state_path, {"document": b.document_id, "graph": str(graph.dir)})
+    from bencao.retrieval.index import refresh_indexes
+
+    refresh_indexes(graph)  # the new triples are retrievable at once
     if added or report["previous_removed"]:
         graph.write_manifest(op="extract", detail={"document": b.document_id, "model": model, "triples": len(b.triples), "replaced": report["previous_removed"]})
     return report

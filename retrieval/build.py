@@ -3,6 +3,13 @@
 A build writes into a temporary directory beside the target and swaps it in only when every source
 has been ingested, with one atomic rename of a symlink (``DIR -> .DIR.v-<stamp>``), so a failed or
 killed build leaves the previous graph intact and its leftovers are removed by the next run.
+
+Paths in a recipe: a source path (or the ``mapping`` option, or ``index_config``) that starts with
+``repo:`` names a file of the bencao checkout (``repo``, by default two folders above the recipe:
+the bundled sample data, shipped configs); any other relative path resolves against ``root``. In the
+YAML, ``root`` is relative to the recipe's folder; given on the command line (``root=PATH``) it is
+relative to the current directory, so ``root=../corpus`` means what the shell means by it.
+>>>>>>> corpus
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from bencao.retrieval.graph.versions import building_dir, install, managed_path,
 @dataclass
 class SourceConfig:
     format: str = field(help="Loader format name (see `bencao graph formats`).")
-    path: str = field(help="File path or glob, relative to the recipe's `root`.")
+    path: str = field(help="File path or glob, relative to the recipe's `root`; `repo:PATH` is relative to `repo` (the bencao checkout).")
     options: dict[str, Any] = field(default_factory=dict, help="Loader options (e.g. max_tokens, materia_medica, mapping).")
     title: str | None = field(None, help="Document title; defaults to the file name (books use their own title).")
     licence: str | None = field(None, help="Licence recorded on the document.")
@@ -35,9 +42,12 @@ class SourceConfig:
 class GraphBuildConfig:
     sources: list[SourceConfig] = field(help="Inputs, ingested in this order (curated sources first so books resolve to their entities).")
     name: str = field("graph", help="Name recorded in the manifest.")
-    root: str = field(".", help="Directory that relative source paths resolve against, relative to this YAML file.")
+    root: str = field(".", help="Directory that relative source paths resolve against: relative to this YAML file, or to the current directory when given on the command line (root=PATH).")
+    repo: str = field("../..", help="The bencao checkout that `repo:` paths (bundled data, shipped configs) resolve against, relative to this YAML file.")
     index: bool = field(True, help="Build the retrieval indexes after ingestion.")
-    index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`); the built-in defaults when empty.")
+    index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`, or `repo:PATH`); the built-in defaults when empty.")
+    options: dict[str, dict[str, Any]] = field(default_factory=dict, help="Loader options by format, applied to every source of that format "
+                                                                          "over its own (e.g. options.books-txt.all_families=true on the command line).")
 
 
 @dataclass
@@ -49,23 +59,41 @@ class ResolvedSource:
     licence: str | None
 
 
+REPO_PREFIX = "repo:"
+
+
 def load_build_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> tuple[GraphBuildConfig, Path]:
-    """Parse a build recipe; returns the config and the resolved root directory."""
+    """Parse a build recipe; returns the config and the resolved root directory.
+
+    ``cfg.repo`` comes back absolute, so later steps resolve ``repo:`` paths without the recipe's location.
+    """
     cfg = load_config(GraphBuildConfig, path, overrides)
-    root = (Path(path).resolve().parent / cfg.root).resolve()
+    here = Path(path).resolve().parent
+    root_on_cli = any(str(o).split("=", 1)[0].strip() == "root" for o in overrides)
+    root = ((Path.cwd() if root_on_cli else here) / cfg.root).resolve()
+    if root_on_cli and not root.is_dir():
+        raise ConfigError(f"root={cfg.root}: no such folder ({root})")
+    cfg.repo = str((here / cfg.repo).resolve())
     return cfg, root
+
+
+def resolve_path(value: str, root: Path, repo: str | Path) -> Path:
+    """A recipe path: ``repo:X`` → the checkout's X; absolute stays; anything else is under ``root``."""
+    if value.startswith(REPO_PREFIX):
+        return Path(repo) / value[len(REPO_PREFIX):]
+    return Path(value) if os.path.isabs(value) else root / value
 
 
 def resolve_sources(cfg: GraphBuildConfig, root: Path) -> list[ResolvedSource]:
     out: list[ResolvedSource] = []
     for i, src in enumerate(cfg.sources):
-        pattern = src.path if os.path.isabs(src.path) else str(root / src.path)
+        pattern = str(resolve_path(src.path, root, cfg.repo))
         matches = sorted(glob.glob(pattern)) if any(c in src.path for c in "*?[") else [pattern]
         if not matches:
-            raise ConfigError(f"sources[{i}]: no file matches {src.path!r} (under {root})")
-        options = dict(src.options)
-        if "mapping" in options and not os.path.isabs(str(options["mapping"])):
-            options["mapping"] = str(root / options["mapping"])
+            raise ConfigError(f"sources[{i}]: no file matches {src.path!r} (under {Path(pattern).parent})")
+        options = {**src.options, **cfg.options.get(src.format, {})}
+        if "mapping" in options:
+            options["mapping"] = str(resolve_path(str(options["mapping"]), root, cfg.repo))
         for m in matches:
             if not Path(m).exists():
                 raise ConfigError(f"sources[{i}]: file not found: {m}")
@@ -112,7 +140,9 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
                              "seconds": round(time.perf_counter() - t, 2)})
             if progress:
                 progress("done", len(sources), len(sources))
-            g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name)
+            books = _book_report(g, tmp)
+            g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name,
+                             **({"books": books} if books else {}))
             fault("build.ingested")
             if cfg.index:
                 _build_indexes(g, cfg, root)
@@ -129,13 +159,20 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
     return {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": docs, "stats": stats}
 
 
+def _book_report(g: Graph, graph_dir: Path) -> dict[str, Any] | None:
+    """Per-book ingestion report (``reports/books.jsonl``) of the books-txt documents; its summary for the manifest."""
+    from bencao.retrieval.ingest.book_report import write_book_report
+
+    return write_book_report(g.documents(), graph_dir)
+
+
 def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path) -> None:
     """Build retrieval indexes when the retrieval index module is present."""
     try:
         from bencao.retrieval.index import update_indexes
     except ImportError:
         return
-    index_cfg = str(root / cfg.index_config) if cfg.index_config else None
+    index_cfg = str(resolve_path(cfg.index_config, root, cfg.repo)) if cfg.index_config else None
     update_indexes(g, index_cfg)
 
 

@@ -25,17 +25,6 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
     return apply_overrides({}, items)
 
 
-def refresh_indexes(g: Any) -> None:
-    """Bring the retrieval indexes up to date after the graph changed (when it has indexes)."""
-    if not g.read_manifest().get("indexes"):
-        return
-    try:
-        from bencao.retrieval.index import update_indexes
-    except ImportError:
-        return
-    update_indexes(g, None)
-
-
 @graph_app.command("build")
 def build(
     config: Path = typer.Option(..., "--config", "-c", help="Build recipe YAML (e.g. configs/graph/sample.yaml)."),
@@ -71,7 +60,10 @@ def index(
     force: bool = typer.Option(False, "--force", help="Rebuild every index even when its items did not change (vectors still come from the cache)."),
     overrides: Optional[list[str]] = typer.Argument(None, help="Index overrides key=value, e.g. embedder.languages=[en,zh] dense_kinds=[entities]."),
 ) -> None:
-    """Build or refresh the retrieval indexes: BM25 per kind, dense vectors per embedder (cached by text hash)."""
+    """Build or refresh the retrieval indexes: BM25 per kind, dense vectors per embedder (cached by model fingerprint and text).
+
+    Prints a JSON summary; `embedded` counts the texts this run embedded. A config that names no
+    embedder model keeps the one the index was built with."""
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.index import resolve_index_config, update_indexes
@@ -97,6 +89,7 @@ def add(
     from bencao.faults import fault
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.versions import writer_lock
+    from bencao.retrieval.index import refresh_indexes
     from bencao.retrieval.ingest.registry import ingest_file
 
     with writer_lock(graph), Graph.open(graph, create=create) as g:  # one writer at a time: others wait, then go on
@@ -104,10 +97,13 @@ def add(
         if added:
             g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
             fault("add.manifest")
-            refresh_indexes(g)
+        # also when unchanged: a run killed between its commit and this step left the indexes behind
+        refreshed = refresh_indexes(g)
+        if added:
             typer.echo(f"added {doc_id} ({path.name}): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
         else:
-            typer.echo(f"unchanged: {path.name} is already in the graph as {doc_id}")
+            done = " (indexes brought up to date)" if refreshed and not refreshed.get("unchanged") else ""
+            typer.echo(f"unchanged: {path.name} is already in the graph as {doc_id}{done}")
 
 
 @graph_app.command("remove")
@@ -118,6 +114,7 @@ def remove(
     """Remove a document and only what no other document supports."""
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.versions import writer_lock
+    from bencao.retrieval.index import refresh_indexes
 
     with writer_lock(graph), Graph.open(graph) as g:
         doc = g.get_document(document_id)

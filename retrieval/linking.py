@@ -30,10 +30,15 @@ Every LLM reply is JSON validated against a schema with one repair turn
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import itertools
+import os
 import re
+import sqlite3
 import threading
 from dataclasses import asdict, dataclass, field as dc_field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -136,48 +141,100 @@ _PAREN = re.compile(r"\([^)]*\)|\[[^\]]*\]|（[^）]*）")
 
 
 class _AliasTables:
-    """In-memory keys over the alias table: normalised name → entities, token set → entities."""
+    """Keys over the alias table: normalised name → entities (``base``), the same without specific
+    parenthesised qualifiers (``stripped``), token set → entities (``bag``); and, per entity, its
+    names, label, number of names, label keys and obsolescence (read from the store's alias rows of
+    that entity when first asked, not for every entity at open).
+
+    The three key maps of a graph with at least ``DISK_MIN_ALIASES`` aliases live in a SQLite file
+    under ``<graph>/cache/`` keyed by the store's id, its write generation and the qualifiers, built
+    once (``bencao graph index`` prepares it) and opened by every later process in milliseconds
+    (1.1 M aliases: 70 s of Python dicts at each open before); smaller graphs build them in memory."""
 
     def __init__(self, g: Graph, qualifiers: list[str]):
+        self.g = g
         self.qualifiers = [norm_key(q) for q in qualifiers]
         # compiled once: building the pattern per alias and qualifier was a third of opening a
         # 1 M-alias graph
         self._qual_res = [(q, re.compile(rf"(^|\s){re.escape(q)}($|\s)")) for q in self.qualifiers if q]
-        self.base: dict[str, set[str]] = {}  # generic qualifiers removed, plural folded
-        self.stripped: dict[str, set[str]] = {}  # also specific parenthesised qualifiers removed
-        self.bag: dict[tuple[str, ...], set[str]] = {}
-        self.names: dict[str, list[str]] = {}
-        self.obsolete: set[str] = set()
-        self.n_names: dict[str, int] = {}
-        self.label_keys: dict[str, set[str]] = {}  # entity → its keys that come from its label (not a synonym)
-        self.labels: dict[str, str] = {}
-        for norm, eid, alias, kind in g.iter_aliases():
+        self._memo: dict[tuple[str, bool], list[str]] = {}
+        self._entities: dict[str, tuple[list[str], str, int, bool, set[str]]] = {}
+        self._lock = threading.Lock()
+        n_aliases = g.conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM aliases").fetchone()[0]
+        if n_aliases >= DISK_MIN_ALIASES:
+            db = _alias_key_db(self, g)
+            if db is not None:
+                self.base, self.stripped, self.bag = (_KeyTable(db, k, self._lock) for k in range(3))
+                return
+        maps: tuple[dict, dict, dict] = ({}, {}, {})
+        for kind, key, eid in self._key_rows():
+            maps[kind].setdefault(key, set()).add(eid)
+        self.base, self.stripped, self.bag = maps
+
+    def bound(self, g: Graph) -> "_AliasTables":
+        """A view that reads per-entity facts through ``g`` (the caller's open graph); maps and
+        memos are shared with every other view of this state."""
+        view = copy.copy(self)
+        view.g = g
+        return view
+
+    def _key_rows(self) -> Iterator[tuple[int, Any, str]]:
+        """(map, key, entity) for every alias: 0 base, 1 stripped, 2 bag (a sorted token tuple)."""
+        for _norm, eid, alias, kind in self.g.iter_aliases():
             if kind == "xref":
                 continue
-            if kind == "name":
-                self.labels.setdefault(eid, alias)
-                if norm.startswith("obsolete"):
-                    self.obsolete.add(eid)
-            self.names.setdefault(eid, []).append(alias)
             toks = self.base_tokens(alias, keep_parens=True)
             if not toks:
                 continue
-            self.base.setdefault(" ".join(toks), set()).add(eid)
-            self.bag.setdefault(tuple(sorted(set(toks))), set()).add(eid)  # 'beef (ground)' = 'ground beef'
+            yield 0, " ".join(toks), eid
+            yield 2, tuple(sorted(set(toks))), eid  # 'beef (ground)' = 'ground beef'
             if _PAREN.search(alias):
                 st = self.base_tokens(alias)
                 if st:
-                    self.stripped.setdefault(" ".join(st), set()).add(eid)
-            self.n_names[eid] = self.n_names.get(eid, 0) + 1
-            if kind == "name":
-                self.label_keys.setdefault(eid, set()).add(" ".join(toks))
+                    yield 1, " ".join(st), eid
+
+    # -- per entity, on demand
+    def _entity(self, eid: str) -> tuple[list[str], str, int, bool, set[str]]:
+        got = self._entities.get(eid)
+        if got is None:
+            names, label, n, obsolete, label_keys = [], "", 0, False, set()
+            for norm, alias, kind in self.g.conn.execute(
+                    "SELECT norm, alias, kind FROM aliases WHERE entity_id=? AND kind != 'xref' ORDER BY rowid", (eid,)):
+                names.append(alias)
+                if kind == "name":
+                    label = label or alias
+                    obsolete = obsolete or norm.startswith("obsolete")
+                toks = self.base_tokens(alias, keep_parens=True)
+                if toks:
+                    n += 1
+                    if kind == "name":
+                        label_keys.add(" ".join(toks))
+            if len(self._entities) > 100_000:
+                self._entities.clear()
+            got = self._entities[eid] = (names, label, n, obsolete, label_keys)
+        return got
+
+    def names_of(self, eid: str) -> list[str]:
+        return self._entity(eid)[0]
+
+    def label_of(self, eid: str) -> str:
+        return self._entity(eid)[1]
+
+    def n_names(self, eid: str) -> int:
+        return self._entity(eid)[2]
+
+    def is_obsolete(self, eid: str) -> bool:
+        return self._entity(eid)[3]
+
+    def label_keys(self, eid: str) -> set[str]:
+        return self._entity(eid)[4]
 
     def _generic(self, text: str) -> bool:
         k = norm_key(text).strip(" ,;")
         return not k or k in self.qualifiers
 
     def base_tokens(self, text: str, keep_parens: bool = False) -> list[str]:
-        memo = self.__dict__.setdefault("_memo", {})  # candidates' names recur across mentions and queries
+        memo = self._memo  # candidates' names recur across mentions and queries
         toks = memo.get((text, keep_parens))
         if toks is None:
             toks = self._base_tokens(text, keep_parens)
@@ -193,6 +250,76 @@ class _AliasTables:
             if q in key and pat.search(key):  # the substring test rules out almost every alias cheaply
                 key = pat.sub(" ", key)
         return [_singular(t) for t in tokenize(key)]
+
+
+#: Graphs with at least this many alias rows keep their alias key maps on disk (see ``_AliasTables``).
+DISK_MIN_ALIASES = 50_000
+_KEY_DB_VERSION = 1
+
+
+class _KeyTable:
+    """One key map of an on-disk alias key database: ``get(key) -> set of entity ids``, ``key in``."""
+
+    def __init__(self, conn: sqlite3.Connection, kind: int, lock: threading.Lock):
+        self.conn, self.kind, self.lock = conn, kind, lock
+
+    @staticmethod
+    def _k(key: Any) -> str:
+        return "\x1f".join(key) if isinstance(key, tuple) else key
+
+    def get(self, key: Any, default: Any = ()) -> Any:
+        with self.lock:
+            rows = self.conn.execute("SELECT eid FROM keys WHERE kind=? AND key=?", (self.kind, self._k(key))).fetchall()
+        return {r[0] for r in rows} or default
+
+    def __contains__(self, key: Any) -> bool:
+        with self.lock:
+            return self.conn.execute("SELECT 1 FROM keys WHERE kind=? AND key=? LIMIT 1", (self.kind, self._k(key))).fetchone() is not None
+
+
+def _alias_key_db(tables: _AliasTables, g: Graph) -> sqlite3.Connection | None:
+    """The alias key database for this store state and these qualifiers: opened when present, else
+    built (temporary file + rename). None when the graph directory cannot hold it (read-only)."""
+    from bencao.io import content_hash
+
+    sid, gen = g.state_key()[1:3]
+    path = g.dir / "cache" / f"alias-keys-v{_KEY_DB_VERSION}-{content_hash(sid, length=12)}-{gen}-{content_hash(*tables.qualifiers, length=8)}.sqlite"
+    if not path.exists():
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(tmp)
+            conn.execute("PRAGMA journal_mode=OFF")
+            conn.execute("PRAGMA synchronous=OFF")
+            conn.execute("CREATE TABLE keys (kind INTEGER NOT NULL, key TEXT NOT NULL, eid TEXT NOT NULL)")
+            rows = ((kind, _KeyTable._k(key), eid) for kind, key, eid in tables._key_rows())
+            while True:
+                batch = list(itertools.islice(rows, 100_000))
+                if not batch:
+                    break
+                conn.executemany("INSERT INTO keys VALUES (?, ?, ?)", batch)
+            conn.execute("CREATE INDEX keys_key ON keys(kind, key)")
+            conn.commit()
+            conn.close()
+            os.replace(tmp, path)
+        except (OSError, sqlite3.Error):
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            return None
+        for old in path.parent.glob(f"alias-keys-v{_KEY_DB_VERSION}-*.sqlite"):
+            if old != path and f"-{content_hash(*tables.qualifiers, length=8)}." in old.name:
+                with contextlib.suppress(OSError):
+                    old.unlink()
+    try:
+        return sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+    except sqlite3.Error:
+        return None
+
+
+def prepare_alias_tables(g: Graph, config: "LinkingConfig | None" = None) -> None:
+    """Build (and, for a large graph, save) the alias tables of the graph's current state, so the
+    next process to link against it opens them at once (``bencao graph index`` calls this)."""
+    _tables(g, (config or LinkingConfig()).qualifiers)
 
 
 def _singular(token: str) -> str:
@@ -247,7 +374,7 @@ class EntityLinker:
         if self.cfg.selector == "llm" and self.llms.selector is None:
             raise BencaoError("linking.selector 'llm' needs an LLM: set linking.llm (e.g. --set linking.llm.base_url=URL "
                               "--set linking.llm.model=NAME) or use selector: rules")
-        self.tables = _tables(graph, self.cfg.qualifiers)
+        self.tables = _tables(graph, self.cfg.qualifiers).bound(graph)
         self._ancestors: dict[str, set[str]] = {}
         self._dense_rows: tuple[Any, dict[str, int]] | None = None  # (dense index, entity id → row)
 
@@ -287,7 +414,7 @@ class EntityLinker:
     def _brief(self, choice: dict[str, Any] | None) -> dict[str, Any] | None:
         if choice is None:
             return None
-        return {"id": choice["id"], "label": self.tables.labels.get(choice["id"]), "confidence": round(choice["confidence"], 4)}
+        return {"id": choice["id"], "label": self.tables.label_of(choice["id"]), "confidence": round(choice["confidence"], 4)}
 
     def _choose(self, mention: str, context: str | None, cands: list[dict[str, Any]]) -> dict[str, Any] | None:
         """Selector, then (when configured) the separate scorer, both against ``mention`` as written."""
@@ -326,7 +453,7 @@ class EntityLinker:
             reason = "no candidate concept was found" if not cands else "the selector found no candidate that fits"
         else:
             reason = choice.get("scorer_rationale") or choice.get("selector_rationale") or choice["rationale"]
-        rejected = self.tables.labels.get(choice["id"]) if choice else None
+        rejected = self.tables.label_of(choice["id"]) if choice else None
         synonyms = synonyms_llm(self, mention, context, reason, rejected)
         if not synonyms:
             return choice, cands, []
@@ -369,7 +496,7 @@ class EntityLinker:
                 c["verbatim"] = True
         if m_toks:
             for eid in self.tables.base.get(" ".join(m_toks), ()):
-                add(eid, 2, "normalised")["label"] = " ".join(m_toks) in self.tables.label_keys.get(eid, ())
+                add(eid, 2, "normalised")["label"] = " ".join(m_toks) in self.tables.label_keys(eid)
             for eid in self.tables.bag.get(tuple(sorted(m_set)), ()):
                 add(eid, 2, "tokens")
             for eid in self.tables.stripped.get(" ".join(m_toks), ()):
@@ -390,7 +517,7 @@ class EntityLinker:
             pool = {k: v for k, v in pool.items() if ents.get(k, {}).get("type") in self.cfg.types}
         # Token coverage for candidates that are not exact: every mention token in one of its names?
         for c in pool.values():
-            names = self.tables.names.get(c["id"], [])
+            names = self.tables.names_of(c["id"])
             best_extra = None
             for n in names:
                 n_toks = set(self.tables.base_tokens(n, keep_parens=True))
@@ -400,8 +527,8 @@ class EntityLinker:
             c["extra_tokens"] = best_extra
             if c["tier"] == 5 and best_extra is not None:
                 c["tier"] = 4
-            c["obsolete"] = c["id"] in self.tables.obsolete and self.cfg.penalise_obsolete
-            label = self.tables.labels.get(c["id"], "")
+            c["obsolete"] = self.tables.is_obsolete(c["id"]) and self.cfg.penalise_obsolete
+            label = self.tables.label_of(c["id"])
             c["state_form"] = c["tier"] in (1, 2, 3) and self._state_form(m_toks, label)
             c["unspecified"] = c["tier"] <= 3 and self._unspecified(label)
             c["grouping"] = self._grouping(label)
@@ -457,7 +584,7 @@ class EntityLinker:
             # (more names); fused rank.
             return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
                     -round(c["dense"], 2) if c["dense"] is not None else 0.0, not c.get("verbatim"),
-                    -self.tables.n_names.get(c["id"], 0), -c["rrf"], c["id"])
+                    -self.tables.n_names(c["id"]), -c["rrf"], c["id"])
 
         return sorted(cands, key=key)
 
@@ -515,7 +642,7 @@ class EntityLinker:
         return max(0.0, min(1.0, conf))
 
     def _report(self, c: dict[str, Any]) -> dict[str, Any]:
-        name = (self.tables.names.get(c["id"]) or [None])[0]
+        name = (self.tables.names_of(c["id"]) or [None])[0]
         return {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
                 "dense": c["dense"], "rrf": round(c["rrf"], 5)}
 
@@ -535,12 +662,12 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     reason = TIER_NAMES[top_tier] if top_tier <= 4 else "best fused lexical/dense rank"
     if any(c.get("state_form") for c in group):
         group = [c for c in group if c.get("state_form")]
-        reason = f"{TIER_NAMES[group[0]['tier']]} naming the food as bought or eaten ({linker.tables.labels.get(group[0]['id'])!r})"
+        reason = f"{TIER_NAMES[group[0]['tier']]} naming the food as bought or eaten ({linker.tables.label_of(group[0]['id'])!r})"
     elif top_tier == 2 and any(c.get("label") for c in group):  # a label beats a synonym here too
         group = [c for c in group if c.get("label")]
     if len(group) > 1 and any(c.get("unspecified") for c in group) and not all(c.get("unspecified") for c in group):
         group = [c for c in group if c.get("unspecified")]
-        reason += f"; the ontology's term for it with nothing more specified ({linker.tables.labels.get(group[0]['id'])!r})"
+        reason += f"; the ontology's term for it with nothing more specified ({linker.tables.label_of(group[0]['id'])!r})"
     if len(group) > 1 and any(c.get("grouping") for c in group) and not all(c.get("grouping") for c in group):
         reason += f"; {sum(bool(c.get('grouping')) for c in group)} disjunctive grouping class(es) set aside"
         group = [c for c in group if not c.get("grouping")]
@@ -566,8 +693,8 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
 def describe_candidate(linker: EntityLinker, eid: str) -> dict[str, Any]:
     """What an LLM is shown of a concept: label, synonyms, definition, parents (FoodOntoRAG's candidate card)."""
     ent = linker.g.get_entity(eid) or {}
-    label = linker.tables.labels.get(eid) or ent.get("name") or eid
-    syns = [n for n in dict.fromkeys(linker.tables.names.get(eid, [])) if n != label][:6]
+    label = linker.tables.label_of(eid) or ent.get("name") or eid
+    syns = [n for n in dict.fromkeys(linker.tables.names_of(eid)) if n != label][:6]
     parents = [r[0] for r in linker.g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation='is_a' LIMIT 3", (eid,))]
     pnames = linker.g.get_entities(parents)
     return {"id": eid, "label": label, "type": ent.get("type"), "synonyms": syns,

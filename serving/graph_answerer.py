@@ -94,9 +94,9 @@ class AnswererConfig:
                                                        help="Per language: relation → the short label shown in reasoning paths.")
     stopwords: list[str] = field(default_factory=list, help="Question words that never count as keywords (besides the retrieval "
                                                             "recipe's question.stopwords).")
-    exception_rule: bool = field(False, help="Exception questions ('下列哪项不属于…', 'all of the following EXCEPT', recognised by "
-                                             "exception_cues) get the single-answer option the evidence supports least. Off by default: on the "
-                                             "sample graph, whose evidence rarely covers the options, it cost 2 of 126 right answers.")
+    exception_rule: bool = field(True, help="Exception questions ('下列哪项不属于…', 'all of the following EXCEPT', recognised by "
+                                            "exception_cues) get the single-answer option the evidence supports least — when the evidence "
+                                            "supports at least half of the options; with less, the least supported option says nothing.")
     exception_cues: list[str] = field(default_factory=lambda: ["不是", "不属于", "不包括", "不正确", "错误的是", "除外", "以外", "除了",
                                                                "无关", "不符合", "不会", "不应", "不出现", "except", "not true", "incorrect",
                                                                "false"],
@@ -197,7 +197,8 @@ class GraphAnswerer:
         by = dict(zip(letters, scores))
         best = max(by.values())
         abstained = best < self.cfg.min_support
-        exception = self.cfg.exception_rule and n_answers == 1 and self.is_exception_question(question)
+        covered = sum(v >= self.cfg.min_support for v in by.values()) * 2 >= len(by)
+        exception = self.cfg.exception_rule and n_answers == 1 and covered and self.is_exception_question(question)
         if exception:  # the least supported option is the exception the question asks for
             ranking = sorted(letters, key=lambda k: (by[k], letters.index(k)))
             answer = [] if abstained else ranking[:1]

@@ -132,11 +132,22 @@ def test_option_queries_give_each_option_its_retrieval_support(graph):
 
 def test_exception_questions_choose_the_least_supported_option(ask):
     options = {"A": "补中益气", "B": "温中止血", "C": "安中养脾"}
-    assert not ask.mcq("下列哪项不是山药的功效", options)["exception"]  # off by default
-    ask = _Asker(ask.r, GraphAnswerer(load_serve_config(None, ["graph_answer.exception_rule=true"]).graph_answer))
+    off = _Asker(ask.r, GraphAnswerer(load_serve_config(None, ["graph_answer.exception_rule=false"]).graph_answer))
+    assert not off.mcq("下列哪项不是山药的功效", options)["exception"]
+    # with too little support for the options the rule says nothing: the least supported of unsupported options is noise
+    assert not ask.mcq("下列哪项不是黑洞的性质", {"A": "蒸发", "B": "自旋", "C": "吸积"})["exception"]
     pos = ask.mcq("山药的功效是", options)
     neg = ask.mcq("下列哪项不是山药的功效", options)
     assert pos["answer"] == ["A"] and not pos["exception"]
     assert neg["exception"] and neg["answer"] != ["A"] and neg["ranking"][-1] == "A"
     assert ask.a.is_exception_question("All of the following are symptoms EXCEPT")  # cues match case-folded
     assert ask.a.is_exception_question("Which of these is not true of ginger?")
+
+
+def test_a_syndrome_option_is_held_without_its_classifying_suffix():
+    from bencao.retrieval.search.macro import holds_option
+
+    assert holds_option("小儿急惊，肝热动风，四肢抽搐。", "肝热动风证")
+    assert holds_option("湿热中阻则胃失和降，呕恶不食。", "湿热中阻，胃失和降证")
+    assert not holds_option("湿热中阻，呕恶不食。", "湿热中阻，胃失和降证")
+    assert not holds_option("见如此。", "证") and holds_option("见证如此。", "证")  # a bare suffix is not stripped to nothing

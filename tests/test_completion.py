@@ -8,7 +8,7 @@ from ukge_helpers import FAST, MISSING, build_herb_graph, triple_key
 from bencao.cli import main
 from bencao.errors import BencaoError
 from bencao.retrieval.graph.completion import CompleteConfig, complete_graph, find_candidates, relation_types
-from bencao.retrieval.graph.confidence import UKGE, ConfidenceConfig, UKGEConfig, calibrate_graph
+from bencao.retrieval.graph.confidence import UKGE, ConfidenceConfig, calibrate_graph
 
 
 

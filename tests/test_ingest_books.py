@@ -215,16 +215,12 @@ def test_empty_file_is_refused(tmp_path, fmt, suffix):
     assert g.counts() == before
 
 
-def test_title_without_sections_is_empty_and_plain_text_is_not_books_txt(tmp_path):
+def test_title_without_sections_is_empty(tmp_path):
     g, before = _graph_with_one_book(tmp_path)
     only_header = tmp_path / "header.txt"
     only_header.write_text("<篇名>空书\n书名：空书\n作者：某\n", encoding="utf-8")
     with pytest.raises(InputError, match=r"header\.txt:line 1: empty document"):
         ingest_file(g, "books-txt", only_header)
-    plain = tmp_path / "plain.txt"
-    plain.write_text("\n味甘，平。主心腹邪气。\n", encoding="utf-8")
-    with pytest.raises(InputError, match=r"plain\.txt:line 2: expected the book title"):
-        ingest_file(g, "books-txt", plain)
     assert g.counts() == before
 
 
@@ -268,3 +264,123 @@ def test_clean_body_and_split_volume():
             "\\x光绪辛卯\\x "]
     assert clean_body(body) == "味甘，微寒。主身体五脏百病，养精神，安魂魄，益气，明目，杀精魁邪恶鬼。久服，通神明，不老。\n《名医》曰∶作末，名真朱。\n光绪辛卯"
     assert clean_body(["Wrapped English", "words here."]) == "Wrapped English words here."
+
+
+# --------------------------------------------------------------------------- the corpus's file variants
+
+
+def _book_meta(g: Graph, doc: str) -> dict:
+    return g.get_document(doc)["meta"]["books"][0]
+
+
+def test_gzip_gb18030_crlf_gives_the_same_book_as_utf8(tmp_path):
+    """The corpus stores books as GB18030 + CRLF inside gzip; read streaming, they give the plain file's graph."""
+    text = SHILIAO.read_text(encoding="utf-8")
+    gz = tmp_path / "004-食疗本草.txt.gz"
+    with gzip.open(gz, "wb") as fh:
+        fh.write(text.replace("\n", "\r\n").encode("gb18030"))
+    cr = tmp_path / "004-食疗本草-cr.txt"  # old Mac line ends and a stray CR before CRLF
+    cr.write_bytes(text.replace("\n", "\r").replace("\r\r", "\r\r\n").encode("gb18030"))
+    trees = []
+    for name, path in (("u", SHILIAO), ("z", gz), ("c", cr)):
+        g = Graph.create(tmp_path / name)
+        doc, _, _ = ingest_file(g, "books-txt", path)
+        trees.append(_tree(g, doc))
+        acc = _book_meta(g, doc)["accounting"]
+        assert acc["encoding"] == ("utf-8" if path == SHILIAO else "gb18030") and acc["undecodable_bytes"] == 0
+    assert trees[0] == trees[1] == trees[2] and len(trees[0]) == 268
+
+
+def test_corrupt_gzip_is_one_line_error(tmp_path):
+    g, before = _graph_with_one_book(tmp_path)
+    good = gzip.compress(SHILIAO.read_bytes())
+    bad = tmp_path / "broken.txt.gz"
+    bad.write_bytes(good[: len(good) // 2])
+    with pytest.raises(InputError) as exc:
+        ingest_file(g, "books-txt", bad)
+    msg = str(exc.value)
+    assert msg.startswith(str(bad)) and "truncated gzip data" in msg and "\n" not in msg
+    assert g.counts() == before
+
+
+def test_a_few_undecodable_bytes_are_replaced_and_counted(tmp_path):
+    """One corpus file (婴童类萃) has two bytes no encoding reads: they become U+FFFD, counted, with their line."""
+    lines = SHILIAO.read_text(encoding="utf-8").split("\n")
+    # the corpus's own damage: a lead byte followed by an ASCII digit (壅\xb52不通)
+    data = "\r\n".join(lines[:40]).encode("gb18030") + "\r\n壅".encode("gb18030") + b"\xb52" + "不通\r\n".encode("gb18030") \
+        + "\r\n".join(lines[40:]).encode("gb18030")
+    path = tmp_path / "damaged.txt"
+    path.write_bytes(data)
+    g = Graph.create(tmp_path / "g")
+    doc, _, _ = ingest_file(g, "books-txt", path)
+    acc = _book_meta(g, doc)["accounting"]
+    assert acc["undecodable_bytes"] == 1 and acc["first_undecodable_line"] == 41
+    assert any("壅\ufffd2不通" in p["text"] for p in g.iter_snippets(doc))
+
+
+def test_book_without_markup_takes_its_title_from_the_file_and_finds_its_headings(tmp_path):
+    book = tmp_path / "048-思考中医.txt"
+    book.write_text("中医瑰宝苑\n\n作者：刘力红\n　 序\n作者是我众多学生中颇具特色的一位。\n\n"
+                    "第一章 略说中医的学习与研究\n这一章讲学习。\n一、树立正确的认识\n对中医的信念和感情，自然造就了我的使命。\n"
+                    "（1）中医目前的状况\n上述这样一个认识并不是偶然的。\n二、学问的传承\n传承很重要。\n第二章 伤寒之意义\n伤寒是什么？\n",
+                    encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    doc, _, _ = ingest_file(g, "books-txt", book)
+    d = g.get_document(doc)
+    assert d["title"] == "思考中医" and d["meta"]["author"] == "刘力红"
+    paths = [tuple(s["path"]) for s in g.sections_of(doc)]
+    assert paths == [("思考中医",), ("思考中医", "第一章 略说中医的学习与研究"), ("思考中医", "第一章 略说中医的学习与研究", "一、树立正确的认识"),
+                     ("思考中医", "第一章 略说中医的学习与研究", "二、学问的传承"), ("思考中医", "第二章 伤寒之意义")]
+    sec = {tuple(s["path"]): s for s in g.sections_of(doc)}
+    first = "".join(p["text"] for p in g.snippets_of_section(sec[paths[2]]["id"]))
+    assert "（1）中医目前的状况" in first and "偶然的" in first  # a lower heading stays in the text
+    assert "中医瑰宝苑" in "".join(p["text"] for p in g.snippets_of_section(sec[paths[0]]["id"]))  # text before the first heading
+    acc = _book_meta(g, doc)["accounting"]
+    assert acc["markup"] == "plain" and acc["heading_chars"] == sum(len(t.replace(" ", "")) for p in paths[1:] for t in p[-1:])
+
+
+def test_markup_variants_lose_no_text(tmp_path):
+    """属性： labels on several lines, an empty <篇名>, \\x headings inside a body line, a <目录> with text and no <篇名>."""
+    book = tmp_path / "方书.txt"
+    book.write_text("<篇名>方书\n书名：方书\n作者：某\n\n<目录>卷一\n<篇名>\n\n内容：卷首的话。\n\n<目录>卷一\\风门\n<篇名>通治方\n"
+                    "属性：\\x加味宣风散\\x \n治肾虚证，疹疮变黑。\n属性：槟榔（二个） 陈皮（去白）\n上为末。\n<目录>卷二\n卷二没有篇名的文字。\n",
+                    encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    doc, _, _ = ingest_file(g, "books-txt", book)
+    secs = {tuple(s["path"]): "".join(p["text"] for p in g.snippets_of_section(s["id"])) for s in g.sections_of(doc)}
+    assert secs[("方书", "卷一")] == "卷首的话。"  # the empty <篇名>'s text stays under its heading
+    assert secs[("方书", "卷一", "风门", "通治方")] == "【加味宣风散】治肾虚证，疹疮变黑。槟榔（二个） 陈皮（去白）上为末。"
+    assert secs[("方书", "卷二")] == "卷二没有篇名的文字。"
+    acc = _book_meta(g, doc)["accounting"]
+    assert acc["skipped"] == {"empty <篇名> line": 1, "header line (document meta)": 2}
+    assert acc["added_chars"] == 2 and acc["inline_headings"] == 1
+    assert acc["markup_chars"] == 4 * 6 + 3 * 3 + 4 + 6  # tags, labels, one \\x pair, header keys
+    assert acc["snippet_chars"] == acc["body_chars"] + 2 and acc["chars"] == acc["markup_chars"] + acc["header_chars"] + acc["heading_chars"] + acc["body_chars"]
+
+
+def test_text_that_misses_the_snippets_stops_the_ingest(tmp_path, monkeypatch):
+    """The accounting check is real: a chunker that drops one sentence is caught, with the line it came from."""
+    from bencao.retrieval.ingest import books
+
+    real = books.chunk_text
+
+    def lossy(text, max_tokens):
+        return [c.replace("主心腹邪气", "") for c in real(text, max_tokens)]
+
+    monkeypatch.setattr(books, "chunk_text", lossy)
+    g = Graph.create(tmp_path / "g")
+    with pytest.raises(BencaoError, match=r"000-神农本草经\.txt \(神农本草经\): the snippets hold .* first difference near line \d+: source '主心腹邪气"):
+        ingest_file(g, "books-txt", SHENNONG)
+    assert g.counts()["documents"] == 0
+
+
+def test_every_snippet_of_a_huge_section_fits_max_tokens(tmp_path):
+    book = tmp_path / "长.txt"
+    body = "".join(f"第{i}句说的是很长的一件事情没有标点" + ("，" if i % 7 else "。") for i in range(3000))
+    book.write_text("<篇名>长书\n<篇名>一节\n内容：" + body + "\n" + "无" * 5000 + "\n", encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    doc, _, _ = ingest_file(g, "books-txt", book, {"max_tokens": 120})
+    snips = list(g.iter_snippets(doc))
+    assert len(snips) > 400 and max(count_tokens(p["text"]) for p in snips) <= 120
+    acc = _book_meta(g, doc)["accounting"]
+    assert acc["max_snippet_tokens"] <= 120 and acc["snippet_chars"] == acc["body_chars"] == len(body) + 5000

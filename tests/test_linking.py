@@ -238,3 +238,32 @@ def test_cafeteria_dev_acc_at_1_full_foodon(tmp_path):
                           "--data", str(DEV_EL)], capture_output=True, text=True, env=dict(os.environ), check=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["acc@1"] >= 0.8 and res["abstention"] <= 0.1, res
+
+
+def test_alias_key_maps_on_disk_link_as_in_memory(tmp_path, monkeypatch):
+    """A large graph keeps its alias key maps in a SQLite file under <graph>/cache/ (opened, not
+    rebuilt, by the next process); linking through them gives exactly the in-memory results."""
+    import shutil
+
+    import bencao.retrieval.linking as linking
+
+    d = tmp_path / "demo"
+    shutil.copytree(demo_graph_dir(), d)
+    mentions = ["apples", "raw onion", "ground beef", "cheddar cheese", "sliced almonds", "honey", "brown rice", "no such food xyz"]
+    g = Graph.open(d)
+    mem = EntityLinker(g, LinkingConfig(), indexes=open_indexes(g))
+    assert isinstance(mem.tables.base, dict)
+    want = [mem.link(m).to_dict() for m in mentions]
+    monkeypatch.setattr(linking, "DISK_MIN_ALIASES", 1)
+    linking._TABLES.clear()
+    disk = EntityLinker(g, LinkingConfig(), indexes=open_indexes(g))
+    assert isinstance(disk.tables.base, linking._KeyTable)
+    assert [p.name for p in (d / "cache").glob("alias-keys-*.sqlite")]
+    assert [disk.link(m).to_dict() for m in mentions] == want
+    linking._TABLES.clear()  # a new process: the file is opened, not rebuilt
+    before = {p: p.stat().st_mtime_ns for p in (d / "cache").glob("alias-keys-*.sqlite")}
+    again = EntityLinker(g, LinkingConfig(), indexes=open_indexes(g))
+    assert [again.link(m).to_dict() for m in mentions] == want
+    assert {p: p.stat().st_mtime_ns for p in (d / "cache").glob("alias-keys-*.sqlite")} == before
+    g.close()
+    linking._TABLES.clear()

@@ -41,3 +41,12 @@ def test_overlong_sentence_is_cut_not_dropped():
 def test_lang_of():
     assert lang_of("大枣的功效是什么？") == "zh"
     assert lang_of("What does jujube treat?") == "en"
+
+
+def test_cjk_counts_count_ideographs_and_non_space_characters():
+    from bencao.text import cjk_counts, lang_of
+
+    text = "山药 味甘\u3000温。\tYam (Dioscorea) 𠮷\u2028\x1c!"
+    assert cjk_counts(text) == (6, sum(1 for c in text if not c.isspace()))
+    assert cjk_counts("") == (0, 0) and cjk_counts(" \n") == (0, 0)
+    assert lang_of("山药 treats 脾虚") == "zh" and lang_of("Dioscorea opposita 山") == "en"

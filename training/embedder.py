@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import random
 import sys
 from collections import deque
@@ -41,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from bencao.errors import BencaoError, ConfigError, InputError
+from bencao.errors import ConfigError, InputError
 from bencao.io import content_hash
 
 log = logging.getLogger(__name__)

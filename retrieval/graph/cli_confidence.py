@@ -29,10 +29,12 @@ def confidence(
     from bencao.config import load_config
     from bencao.retrieval.graph.confidence import ConfidenceConfig, calibrate_graph, reset_confidences
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index import refresh_indexes
 
     with Graph.open(graph) as g:
         if reset:
             n = reset_confidences(g)
+            refresh_indexes(g)
             typer.echo(f"restored the original confidence of {n} triples")
             return
         cfg = load_config(ConfidenceConfig, config, overrides or [])
@@ -43,6 +45,7 @@ def confidence(
                 prog.update(task, completed=epoch, description=f"epoch {epoch}/{epochs} loss {loss:.4f}")
 
             s = calibrate_graph(g, cfg, progress=on_epoch)
+        refresh_indexes(g)
     loss = f"; loss {s['loss_first']:.4f} → {s['loss_last']:.4f}" if s["loss_first"] is not None else ""
     typer.echo(f"calibrated {s['triples']} triples over {s['entities']} entities and {s['relations']} relations{loss}; "
                f"mean confidence {s['mean_before']:.3f} → {s['mean_after']:.3f}; model {s['model']}")
@@ -57,6 +60,7 @@ def complete(
     from bencao.config import load_config
     from bencao.retrieval.graph.completion import CompleteConfig, complete_graph
     from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index import refresh_indexes
 
     cfg = load_config(CompleteConfig, config, overrides or [])
     with Graph.open(graph) as g:
@@ -68,10 +72,7 @@ def complete(
 
             report = complete_graph(g, cfg, progress=on_relation)
         names = {e["id"]: e["name"] for e in g.get_entities([x for c in report["examples"] for x in (c["head_id"], c["tail_id"])]).values()}
-        if report["added"]:
-            from bencao.retrieval.cli import refresh_indexes
-
-            refresh_indexes(g)
+        refresh_indexes(g)
     if report.get("skipped_curated"):
         typer.echo(f"  not completed (curated sources only): {', '.join(report['skipped_curated'])}")
     for rel, r in report["relations"].items():

@@ -19,7 +19,6 @@ from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Literal
 
-import numpy as np
 
 from bencao.config import field
 from bencao.errors import BencaoError

@@ -24,6 +24,7 @@ import json
 import os
 import sqlite3
 import threading
+import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -284,9 +285,10 @@ class DocumentBuilder:
 class Graph:
     """A graph directory: ``graph.sqlite`` + ``manifest.json`` (+ indexes written by retrieval)."""
 
-    def __init__(self, directory: Path, conn: sqlite3.Connection):
+    def __init__(self, directory: Path, conn: sqlite3.Connection, read_only: bool = False):
         self.dir = directory
         self.conn = conn
+        self.read_only = read_only
         self._lock = threading.RLock()
         self._db_ino: int | None = None  # the store file this connection opened (a rebuild replaces it)
 
@@ -300,6 +302,7 @@ class Graph:
         if True:
             g.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             g.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('created_at', ?)", (_now(),))
+            g.conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (uuid.uuid4().hex,))
         if not (directory / MANIFEST_NAME).exists():
             g.write_manifest(op="create")
         return g
@@ -334,7 +337,7 @@ class Graph:
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("PRAGMA cache_size=-262144")  # 256 MiB page cache
         conn.row_factory = sqlite3.Row
-        g = cls(directory, conn)
+        g = cls(directory, conn, read_only=read_only)
         g._db_ino = os.stat(path).st_ino
         return g
 
@@ -424,23 +427,36 @@ class Graph:
                 yield c
                 c.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
                           "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+                c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (uuid.uuid4().hex,))  # graphs made before it existed
                 c.execute("COMMIT")
             except BaseException:
                 c.execute("ROLLBACK")
                 raise
 
+    def generation(self) -> int:
+        """The store's write generation: bumped by every committed ``write()`` transaction."""
+        r = self.conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
+        return int(r[0]) if r else 0
+
+    def store_id(self) -> str:
+        """A random id minted when the store was created: a rebuilt graph is another store, even in
+        the same directory and at the same generation (``graph build`` swaps in a new file)."""
+        r = self.conn.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+        if r:
+            return str(r[0])
+        r = self.conn.execute("SELECT value FROM meta WHERE key='created_at'").fetchone()  # graphs made before store_id
+        return f"created-{r[0]}" if r else ""
+
     def state_key(self) -> tuple:
         """A cheap key that changes whenever a document is committed or removed (or the store file is
-        replaced): per-graph caches (alias tables, adjacency, mined patterns) are keyed by it instead of
-        counting rows, which costs a table scan on a large graph. Every ``write()`` transaction (commit,
-        remove, confidence updates) bumps the stored generation, so changes made by another process
-        are seen too."""
-        r = self.conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
-        try:
-            ino = os.stat(self.dir / DB_NAME).st_ino
-        except OSError:
-            ino = 0
-        return (str(self.dir.resolve()), ino, int(r[0]) if r else 0, self.conn.total_changes)
+        replaced): per-graph caches (alias tables, adjacency, mined patterns, jieba's taught words)
+        are keyed by it instead of counting rows, which costs a table scan on a large graph. Every
+        ``write()`` transaction (commit, remove, confidence updates) bumps the stored generation, so
+        changes made by another process are seen too; the store id tells a rebuilt graph from the
+        old one at the same generation. ``(directory, store id, generation, this connection's changes)``."""
+        rows = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('generation', 'store_id', 'created_at')").fetchall())
+        sid = rows.get("store_id") or f"created-{rows.get('created_at', '')}"
+        return (str(self.dir.resolve()), sid, int(rows.get("generation", 0)), self.conn.total_changes)
 
     def _refresh_entities(self, ids: list[str], only_shared: bool = False) -> None:
         """Recompute merged attributes/description of entities from their remaining sources."""

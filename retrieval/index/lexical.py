@@ -10,7 +10,8 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from array import array
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
@@ -72,27 +73,29 @@ COMMON_DF = 0.02
 
 
 def analyze_items(items: "Iterable[Item]", memo: dict[str, list[str]] | None = None) -> list[list[str]]:
-    """:func:`analyze` of each item's ``lex`` text; an item with ``lex_parts`` gets the tokens of its
-    parts, each distinct part analysed once (``memo`` may be shared between calls: entity names
-    recur in the triples). Parts are separated by spaces, which neither jieba nor the CJK bigrams
-    cross, so this equals analysing the joined text (up to token order, which BM25 ignores),
-    except that a Latin-script part next to a Chinese one is split by the word pattern rather than
-    by jieba."""
+    """:func:`analyze` of each item's ``lex`` text (see :func:`iter_analyzed`)."""
+    return list(iter_analyzed((it.lex_parts or it.lex for it in items), memo))
+
+
+def iter_analyzed(sources: "Iterable[str | tuple[str, ...]]", memo: dict[str, list[str]] | None = None) -> Iterator[list[str]]:
+    """Tokens of each item's lexical text, one list at a time: a string is analysed whole; a tuple
+    of parts (an item's ``lex_parts``) gets the tokens of its parts, each distinct part analysed
+    once (``memo`` may be shared between calls: entity names recur in the triples). Parts are
+    separated by spaces, which neither jieba nor the CJK bigrams cross, so this equals analysing the
+    joined text (up to token order, which BM25 ignores), except that a Latin-script part next to a
+    Chinese one is split by the word pattern rather than by jieba."""
     memo = {} if memo is None else memo
-    out: list[list[str]] = []
-    for it in items:
-        parts = it.lex_parts
-        if not parts:
-            out.append(analyze(it.lex))
+    for src in sources:
+        if isinstance(src, str):
+            yield analyze(src)
             continue
         toks: list[str] = []
-        for p in parts:
+        for p in src:
             t = memo.get(p)
             if t is None:
                 t = memo[p] = analyze(p)
             toks.extend(t)
-        out.append(toks)
-    return out
+        yield toks
 
 
 def _bm25s():
@@ -114,14 +117,22 @@ class LexicalIndex:
         return len(self.ids)
 
     @classmethod
-    def build(cls, token_lists: list[list[str]], ids: list[str]) -> "LexicalIndex":
+    def build(cls, token_lists: Iterable[list[str]], ids: list[str]) -> "LexicalIndex":
+        """BM25 over ``token_lists`` (any iterable: consumed one list at a time, never held whole),
+        row ``i`` for ``ids[i]``: bm25s' default Lucene variant, its file format and scores."""
         bm25s = _bm25s()
 
-        if len(token_lists) != len(ids):
-            raise ValueError("token lists and ids differ in length")
+        builder = PostingsBuilder()
+        for toks in token_lists:
+            builder.add(toks if toks else ["\x00"])  # bm25s needs a token per document: an empty one gets a placeholder
+        if builder.n_docs != len(ids):
+            raise ValueError(f"{builder.n_docs} token lists for {len(ids)} ids")
+        if not builder.n_docs:
+            builder.add(["\x00"])
         bm25 = bm25s.BM25()
-        # bm25s needs at least one token per document; an empty document gets a placeholder.
-        bm25.index([t if t else ["\x00"] for t in token_lists] or [["\x00"]], show_progress=False)
+        bm25.scores, bm25.vocab_dict = builder.finish(k1=bm25.k1, b=bm25.b)
+        bm25.unique_token_ids_set = set(bm25.vocab_dict.values())
+        bm25.nonoccurrence_array = None  # the Lucene variant has none
         return cls(bm25, list(ids))
 
     def scores(self, query: str | list[str]) -> np.ndarray:
@@ -226,6 +237,7 @@ class LexicalIndex:
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.bm25.save(str(tmp), show_progress=False)
+        TokenVocab.save(self.bm25.vocab_dict, tmp)
         atomic_write_json(tmp / "ids.json", self.ids)
         old = directory.with_name(directory.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
@@ -241,7 +253,154 @@ class LexicalIndex:
         if not (directory / "ids.json").exists():
             return None
         try:
-            bm25 = bm25s.BM25.load(str(directory), show_progress=False)
+            if (directory / TokenVocab.FILES[0]).exists():
+                # bm25s' own load parses the vocabulary JSON (1.45 M tokens of 338 k corpus snippets:
+                # seconds and ~150 MB); here the score arrays and the vocabulary are memory-mapped
+                params = json.loads((directory / "params.index.json").read_text(encoding="utf-8"))
+                params.pop("version", None)
+                num_docs = params.pop("num_docs", None)
+                bm25 = bm25s.BM25(**params)
+                bm25.load_scores(save_dir=str(directory), mmap=True, num_docs=num_docs)
+                bm25.vocab_dict = TokenVocab.load(directory)
+                bm25.unique_token_ids_set = range(len(bm25.vocab_dict))
+                bm25.nonoccurrence_array = None
+            else:  # an index written before the memory-mapped vocabulary
+                bm25 = bm25s.BM25.load(str(directory), show_progress=False, mmap=True)
         except Exception as exc:  # noqa: BLE001 - a damaged index is a user-facing state
             raise BencaoError(f"{directory}: lexical index cannot be read ({exc}); rebuild with `bencao graph index`") from None
         return cls(bm25, json.loads((directory / "ids.json").read_text(encoding="utf-8")))
+
+
+class PostingsBuilder:
+    """bm25s' BM25 (Lucene variant: idf = ln(1 + (N - df + .5)/(df + .5)), tf/(tf + k1(1 - b + b·dl/avgdl)))
+    built from a stream of token lists, the same CSC score matrix ``bm25s.BM25.index`` makes.
+
+    bm25s needs every document's token list at once (3.4 M triples: ~9 GiB of Python lists); here each
+    list becomes int32 token ids in a flat buffer, and every ``chunk`` documents the buffer becomes
+    (document, term, tf) postings with numpy: 12 bytes a posting until :meth:`finish`."""
+
+    def __init__(self, chunk: int = 100_000):
+        self.vocab: dict[str, int] = {}
+        self.chunk = chunk
+        self._tok = array("i")
+        self._lens = array("i")
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._doc_len: list[np.ndarray] = []
+        self._flushed = 0  # documents already turned into postings
+        self.n_docs = 0
+
+    def add(self, tokens: list[str]) -> None:
+        vocab, buf = self.vocab, self._tok
+        for t in tokens:
+            i = vocab.get(t)
+            if i is None:
+                i = vocab[t] = len(vocab)
+            buf.append(i)
+        self._lens.append(len(tokens))
+        self.n_docs += 1
+        if len(self._lens) >= self.chunk:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not len(self._lens):
+            return
+        lens = np.frombuffer(self._lens, dtype=np.int32).copy()
+        tok = np.frombuffer(self._tok, dtype=np.int32).astype(np.int64)
+        doc = np.repeat(np.arange(self._flushed, self._flushed + len(lens), dtype=np.int64), lens)
+        key, tf = np.unique((doc << 31) | tok, return_counts=True)  # sorted by document, then term
+        self._parts.append(((key >> 31).astype(np.int32), (key & 0x7FFFFFFF).astype(np.int32), tf.astype(np.int32)))
+        self._doc_len.append(lens)
+        self._flushed += len(lens)
+        self._tok, self._lens = array("i"), array("i")
+
+    def finish(self, k1: float = 1.5, b: float = 0.75) -> tuple[dict, dict[str, int]]:
+        """(bm25s ``scores`` dict, vocabulary); the builder is spent."""
+        self._flush()
+        cat = lambda i, dt: np.concatenate([p[i] for p in self._parts]) if self._parts else np.zeros(0, dt)  # noqa: E731
+        doc, term, tf = cat(0, np.int32), cat(1, np.int32), cat(2, np.int32)
+        self._parts = []
+        dl = np.concatenate(self._doc_len) if self._doc_len else np.zeros(0, np.int32)
+        n_docs, n_vocab = len(dl), len(self.vocab)
+        avg = np.float64(dl.mean()) if n_docs else np.float64(1.0)
+        counts = np.bincount(term, minlength=n_vocab)
+        # as bm25s: idf in float64 stored as float32; the tf part in float64; the product stored as float32
+        idf = np.log1p((n_docs - counts.astype(np.float64) + 0.5) / (counts + 0.5)).astype(np.float32)
+        dl64 = dl.astype(np.float64)
+        scores = np.empty(len(term), dtype=np.float32)
+        step = 1 << 23  # float64 temporaries of 8 M postings at a time, not of all of them
+        t64 = norm = None
+        for i in range(0, len(term), step):
+            t64 = tf[i : i + step].astype(np.float64)
+            norm = (1 - b) + b * dl64[doc[i : i + step]] / avg
+            scores[i : i + step] = idf[term[i : i + step]].astype(np.float64) * (t64 / (k1 * norm + t64))
+        del tf, t64, norm
+        order = np.argsort(term, kind="stable")  # by term, documents ascending inside a term
+        del term
+        indptr = np.zeros(n_vocab + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = doc[order]
+        del doc
+        data = scores[order]
+        del order, scores
+        vocab = self.vocab
+        vocab.setdefault("", n_vocab)  # bm25s' empty token, after the others (unless a document had it)
+        self.vocab = {}
+        return {"data": data, "indices": indices, "indptr": indptr, "num_docs": n_docs}, vocab
+
+
+class TokenVocab:
+    """A BM25 vocabulary (token → term id) in memory-mapped arrays instead of a Python dict: 64-bit
+    BLAKE2b hashes of the tokens, sorted, with their term ids; the tokens' UTF-8 bytes by term id,
+    to confirm a hash match. Opening costs nothing; a lookup is a binary search and one comparison."""
+
+    FILES = ("vocab.hash.npy", "vocab.tid.npy", "vocab.offsets.npy", "vocab.blob.npy")
+
+    def __init__(self, hashes: np.ndarray, tids: np.ndarray, offsets: np.ndarray, blob: np.ndarray):
+        self.hashes, self.tids, self.offsets, self.blob = hashes, tids, offsets, blob
+
+    @staticmethod
+    def _hash(token: str) -> int:
+        import hashlib
+
+        return int.from_bytes(hashlib.blake2b(token.encode("utf-8"), digest_size=8).digest(), "little")
+
+    @classmethod
+    def save(cls, vocab: dict[str, int], directory: Path) -> None:
+        by_id = [""] * (max(vocab.values(), default=-1) + 1)
+        for tok, i in vocab.items():
+            by_id[i] = tok
+        enc = [t.encode("utf-8") for t in by_id]
+        offsets = np.zeros(len(enc) + 1, dtype=np.int64)
+        np.cumsum([len(b) for b in enc], out=offsets[1:])
+        blob = np.frombuffer(b"".join(enc), dtype=np.uint8)
+        hashes = np.fromiter((cls._hash(t) for t in by_id), dtype=np.uint64, count=len(by_id))
+        order = np.argsort(hashes, kind="stable")
+        for name, arr in zip(cls.FILES, (hashes[order], order.astype(np.int32), offsets, blob)):
+            np.save(directory / name, arr)
+
+    @classmethod
+    def load(cls, directory: Path) -> "TokenVocab":
+        return cls(*(np.load(directory / name, mmap_mode="r") for name in cls.FILES))
+
+    def get(self, token: str, default: int | None = None) -> int | None:
+        h = np.uint64(self._hash(token))
+        i = int(np.searchsorted(self.hashes, h))
+        want = token.encode("utf-8")
+        while i < len(self.hashes) and self.hashes[i] == h:
+            tid = int(self.tids[i])
+            if bytes(self.blob[self.offsets[tid] : self.offsets[tid + 1]]) == want:
+                return tid
+            i += 1
+        return default
+
+    def __getitem__(self, token: str) -> int:
+        tid = self.get(token)
+        if tid is None:
+            raise KeyError(token)
+        return tid
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self.get(token) is not None
+
+    def __len__(self) -> int:
+        return len(self.tids)

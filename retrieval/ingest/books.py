@@ -8,7 +8,15 @@ Formats:
 
 - ``books-txt``: ``<篇名>BOOK`` then ``书名：/作者：/朝代：/年份：`` header lines, ``<目录>卷一\\上经``
   heading paths (a backslash nests: volume\\chapter), ``<篇名>丹沙`` section titles, bodies that
-  start with ``内容：`` (or ``属性：``) and continue on hard-wrapped lines. UTF-8 or GB18030.
+  start with ``内容：`` (or ``属性：``) and continue on hard-wrapped lines. Plain or ``.gz``, UTF-8
+  or GB18030, LF/CRLF/CR, read one line at a time (:mod:`.text_reader`: undecodable bytes become
+  U+FFFD and are counted). The corpus's variants: a file without that markup (no ``<篇名>`` title
+  line) is a book titled by its file name (``048-思考中医.txt`` → 思考中医) whose ``第…章``/``一、…``
+  lines are its headings; an empty ``<篇名>`` leaves its text under the heading above; a ``<目录>``
+  with text and no ``<篇名>`` is a section of that heading; every body line's ``内容：``/``属性：``
+  label goes; a short ``\\x方名\\x`` inside a body line stays in the text as the subheading 【方名】.
+  Every character is accounted for and the body text is checked to reach the snippets
+  (:mod:`.book_report`); the figures land in the document meta (``books[0].accounting``).
 - ``books-md``: ``#``/``##``/… headings nest by depth; text under a heading becomes its snippets.
   A single top-level ``#`` heading that opens the file is the book title.
 - ``sections-jsonl``: ``{book, path: [book, volume, title], title, text, author?, dynasty?, year?}``
@@ -32,16 +40,23 @@ from bencao.config import field
 from bencao.errors import BencaoError, InputError
 from bencao.io import iter_jsonl, read_text
 from bencao.retrieval.graph.store import DocumentBuilder
+from bencao.retrieval.ingest.book_kinds import check_mode, formulas_reason, materia_medica_reason
+from bencao.retrieval.ingest.book_report import BookAccount, nonws
+from bencao.retrieval.ingest.text_reader import TextLines
 from bencao.retrieval.ingest.registry import _title_of, register
 from bencao.text import chunk_text, count_tokens
 
-BOOK_OPTIONS = ("max_tokens", "materia_medica", "encoding")
+BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "all_families", "encoding")
 
 
 @dataclass
 class BookOptions:
     max_tokens: int = field(300, help="Longest snippet in approximate tokens; sections are cut on sentence boundaries.")
-    materia_medica: bool = field(False, help="Run the LLM-free materia-medica pattern extractor on every section.")
+    materia_medica: bool | str = field(False, help="Run the LLM-free materia-medica pattern extractor: true, false, or auto "
+                                                    "(herbals and food-therapy books by title or markup, see book_kinds).")
+    formulas: bool | str = field(False, help="Run the LLM-free formula extractor: true, false, or auto (formula books by title or markup).")
+    all_families: bool = field(False, help="Also write the relation families whose measured precision is below 90 % "
+                                           "(off by default; see the README's extraction-precision table).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
 
 
@@ -52,11 +67,16 @@ def parse_options(options: dict[str, Any]) -> BookOptions:
         if isinstance(mt, bool) or not isinstance(mt, int) or mt < 8:
             raise BencaoError(f"option max_tokens={mt!r}: expected an integer >= 8")
         opts.max_tokens = mt
-    if "materia_medica" in options:
-        mm = options["materia_medica"]
-        if not isinstance(mm, bool):
-            raise BencaoError(f"option materia_medica={mm!r}: expected true or false")
-        opts.materia_medica = mm
+    for key in ("materia_medica", "formulas"):
+        if key in options:
+            try:
+                setattr(opts, key, check_mode(key, options[key]))
+            except ValueError as exc:
+                raise BencaoError(str(exc)) from None
+    if "all_families" in options:
+        if not isinstance(options["all_families"], bool):
+            raise BencaoError(f"option all_families={options['all_families']!r}: expected true or false")
+        opts.all_families = options["all_families"]
     if options.get("encoding"):
         opts.encoding = str(options["encoding"])
     return opts
@@ -79,6 +99,7 @@ class RawBook:
     meta: dict[str, str] = dc_field(default_factory=dict)
     intro: str = ""  # text before the first section
     sections: list[RawSection] = dc_field(default_factory=list)
+    account: BookAccount | None = None  # character accounting (books-txt), checked against the snippets
 
 
 def split_volume(volume: str) -> list[str]:
@@ -97,13 +118,16 @@ _PARA_START = re.compile(
 )
 
 
-def _xmark(line: str, is_last: bool) -> str:
+def _xmark(line: str, is_last: bool, stats: Counter[str] | None = None) -> str:
     """``\\x…\\x`` (the source's emphasis) → a 【…】 subheading when short, plain text otherwise."""
 
     def repl(m: re.Match[str]) -> str:
         inner = m.group(1).strip()
         if inner.startswith("【") or is_last or len(inner) > 10 or re.search(r"[。，；：∶、]", inner):
             return inner
+        if stats is not None:
+            stats["added_chars"] += 2
+            stats["inline_headings"] += 1
         return f"【{inner}】"
 
     return _XMARK.sub(repl, line)
@@ -116,34 +140,35 @@ def _join(a: str, b: str) -> str:
     return a + b
 
 
-def clean_body(lines: Iterable[str]) -> str:
+def clean_body(lines: Iterable[str], stats: Counter[str] | None = None) -> str:
     """Body lines of one section → paragraphs joined by newlines (wrapped lines rejoined).
 
-    Strips the ``内容：``/``属性：`` marker, trailing spaces and the ``\\x`` emphasis marks. A line
-    starts a new paragraph after a blank line, when it opens with a paragraph marker (``（二）``,
-    ``《名医》曰∶``, ``案∶``, ``【…】``, ``名∶味``), or when the line before ends a sentence well
-    short of the wrap width.
+    Strips the ``内容：``/``属性：`` field label that opens a line, trailing spaces and the ``\\x``
+    emphasis marks. A line starts a new paragraph after a blank line, when it opens with a paragraph
+    marker (``（二）``, ``《名医》曰∶``, ``案∶``, ``【…】``, ``名∶味``), or when the line before ends a
+    sentence well short of the wrap width. ``stats`` counts the 【】 it adds (``added_chars``).
     """
-    raw = [ln.rstrip() for ln in lines]
-    while raw and not raw[-1].strip():
+    raw = [_BODY_PREFIX.sub("", ln.strip(), count=1) for ln in lines]
+    while raw and not raw[-1]:
         raw.pop()
-    while raw and not raw[0].strip():
+    while raw and not raw[0]:
         raw.pop(0)
-    if raw:
-        raw[0] = _BODY_PREFIX.sub("", raw[0].lstrip(), count=1)
-    last_text = max((i for i, ln in enumerate(raw) if ln.strip()), default=-1)
-    cleaned = [_xmark(ln, i == last_text and len(raw) > 1).strip() if ln.strip() else "" for i, ln in enumerate(raw)]
+    last_text = max((i for i, ln in enumerate(raw) if ln), default=-1)
+    cleaned = [_xmark(ln, i == last_text and len(raw) > 1, stats).strip() if ln else "" for i, ln in enumerate(raw)]
     width = max((len(ln) for ln in cleaned), default=0)
     paras: list[str] = []
     cur = ""
     prev = ""
-    for ln in cleaned:
+    first = next((i for i, ln in enumerate(cleaned) if ln), -1)
+    for i, ln in enumerate(cleaned):
         if not ln:
             if cur:
                 paras.append(cur)
             cur, prev = "", ""
             continue
-        new_para = bool(cur) and (_PARA_START.match(ln) is not None or (prev.endswith(_TERMINAL) and len(prev) < width - 3))
+        # a short first line (本草备要's 润肺，杀虫 over the entry) is a line of its own
+        lead = i == first + 1 and len(prev) <= 16 and len(prev) < width // 2
+        new_para = bool(cur) and (lead or _PARA_START.match(ln) is not None or (prev.endswith(_TERMINAL) and len(prev) < width - 3))
         if new_para:
             paras.append(cur)
             cur = ln
@@ -160,72 +185,150 @@ def clean_body(lines: Iterable[str]) -> str:
 _MARK = re.compile(r"^<(篇名|目录)>(.*)$")
 _HEADER_KEYS = {"书名": "title", "作者": "author", "朝代": "dynasty", "年份": "year"}
 _HEADER = re.compile(r"^(书名|作者|朝代|年份)[：:](.*)$")
+# Headings of a book without <篇名>/<目录> markup: 第一章… (level 1), 第一节…/一、… (level 2), on a short line
+_PLAIN_CHAPTER = re.compile(r"^第[一二三四五六七八九十百零〇\d]+[章篇卷部讲回集辑]")
+_PLAIN_SUB = re.compile(r"^(第[一二三四五六七八九十百零〇\d]+节|[一二三四五六七八九十]{1,3}[、．])[^。，；？！：:]*$")
+_PLAIN_HEADER_LINES = 10  # header lines (作者：…) of a book without markup are read among its first lines only
+UNTITLED = "（无题）"
 
 
-def parse_classics_txt(text: str, path: Path) -> RawBook:
-    """Parse the classics' markup into a :class:`RawBook` (raises InputError naming the line)."""
-    lines = text.splitlines()
-    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
-    if first is None:
-        raise InputError(path, "empty document: no text", record=f"line {len(lines) or 1}")
-    m = _MARK.match(lines[first].strip())
-    if not m or m.group(1) != "篇名" or not m.group(2).strip():
-        raise InputError(path, "expected the book title as '<篇名>BOOK' (books-txt markup); for plain Markdown use books-md",
-                         record=f"line {first + 1}")
-    book = RawBook(title=m.group(2).strip())
+def _plain_level(s: str) -> int:
+    if len(s) <= 30 and _PLAIN_CHAPTER.match(s) and not re.search(r"[。；？！，]", s):
+        return 1
+    if len(s) <= 24 and _PLAIN_SUB.match(s):
+        return 2
+    return 0
+
+
+def book_title_from_file(path: Path) -> str:
+    """``048-思考中医.txt.gz`` → 思考中医 (the corpus numbers its files)."""
+    return re.sub(r"^\d+[-.．_ ]+", "", _title_of(path)) or _title_of(path)
+
+
+def parse_classics_txt(text: str | Iterable[tuple[int, str]], path: Path, default_title: str | None = None,
+                       account: BookAccount | None = None) -> RawBook:
+    """Parse the classics' markup into a :class:`RawBook` (raises InputError naming the line).
+
+    ``text`` is the file's text or its ``(line_number, line)`` pairs (a :class:`TextLines`). A file
+    whose first line is not ``<篇名>BOOK`` is a book without markup: its title is ``default_title``
+    (the file name without its number), ``第…章``/``一、…`` lines are its headings, the rest is body.
+    ``account`` receives the character accounting (see :mod:`.book_report`).
+    """
+    lines = enumerate(text.splitlines(), start=1) if isinstance(text, str) else text
+    acc = account if account is not None else BookAccount()
+    stats: Counter[str] = Counter()
+    book: RawBook | None = None
     volumes: list[str] = []
+    chapter: list[str] = []  # open level-1 heading of a book without markup
     cur: RawSection | None = None
     body: list[str] = []
     intro: list[str] = []
+    seen = 0  # non-blank lines so far
+    last_line = 0
 
     def flush() -> None:
         nonlocal body
         if cur is not None:
-            cur.text = clean_body(body)
-            book.sections.append(cur)
+            cur.text = clean_body(body, stats)
+            book.sections.append(cur)  # type: ignore[union-attr]
         body = []
 
-    for i in range(first + 1, len(lines)):
-        ln = lines[i]
+    def body_line(i: int, ln: str, s: str) -> None:
+        nonlocal cur
+        if cur is None:
+            if book.sections or volumes or chapter:  # type: ignore[union-attr]
+                # text under a heading with no <篇名>: a section named after the heading
+                cur = RawSection(volumes[:-1], volumes[-1], "", i) if volumes else RawSection([], chapter[0] if chapter else book.title, "", i)  # type: ignore[union-attr]
+            else:
+                intro.append(ln)
+                _account_body(acc, s, i)
+                return
+        body.append(ln)
+        _account_body(acc, s, i)
+
+    for i, ln in lines:
+        last_line = i
         s = ln.strip()
+        core = acc.line(s)
+        if not core:
+            (body if cur is not None else intro if intro else []).append("")
+            continue
+        seen += 1
+        if book is None:
+            m = _MARK.match(s)
+            if m and m.group(1) == "篇名" and m.group(2).strip():
+                book = RawBook(title=m.group(2).strip())
+                acc.markup_chars += 4
+                acc.heading_chars += len(core) - 4
+                continue
+            book = RawBook(title=default_title or book_title_from_file(path))
+            if not m:  # no markup at all (a <目录> first is markup without a title line)
+                acc.markup = "plain"
+        h = _HEADER.match(s)
+        if h and cur is None and not book.sections and (acc.markup == "classics" or seen <= _PLAIN_HEADER_LINES):
+            key_len = len(h.group(1)) + 1
+            acc.markup_chars += key_len
+            acc.header_chars += len(core) - key_len
+            acc.skipped["header line (document meta)"] += 1
+            val = h.group(2).strip()
+            if val:
+                key = _HEADER_KEYS[h.group(1)]
+                if key != "title":
+                    book.meta.setdefault(key, val)
+                elif val != book.title:
+                    book.meta.setdefault("book_title", val)
+            continue
         m = _MARK.match(s)
         if m:
             flush()
+            acc.markup_chars += 4
+            acc.heading_chars += len(core) - 4
+            title = m.group(2).strip()
             if m.group(1) == "目录":
                 volumes = split_volume(m.group(2))
                 cur = None
-            else:
-                title = m.group(2).strip()
                 if not title:
-                    raise InputError(path, "empty section title '<篇名>'", record=f"line {i + 1}")
-                cur = RawSection(list(volumes), title, "", i + 1)
-            continue
-        if cur is None:
-            h = _HEADER.match(s)
-            if h and not book.sections:
-                val = h.group(2).strip()
-                if val:
-                    key = _HEADER_KEYS[h.group(1)]
-                    if key != "title":
-                        book.meta[key] = val
-                    elif val != book.title:
-                        book.meta["book_title"] = val
-                continue
-            if not s:
-                continue
-            if book.sections or volumes:
-                # text under a <目录> heading with no <篇名>: a section named after the heading
-                cur = RawSection(volumes[:-1], volumes[-1], "", i + 1) if volumes else RawSection([], book.title, "", i + 1)
-                body.append(ln)
+                    acc.skipped["empty <目录> line"] += 1
+            elif title:
+                cur = RawSection(list(volumes), title, "", i)
             else:
-                intro.append(ln)
+                cur = None  # text after an empty <篇名> belongs to the heading above it
+                acc.skipped["empty <篇名> line"] += 1
             continue
-        body.append(ln)
+        elif acc.markup == "plain":
+            level = _plain_level(s)
+            if level:
+                flush()
+                acc.heading_chars += len(core)
+                if level == 1:
+                    chapter = [s]
+                    cur = RawSection([], s, "", i)
+                else:
+                    cur = RawSection(list(chapter), s, "", i)
+                continue
+        body_line(i, ln, s)
+    if book is None:
+        raise InputError(path, "empty document: no text", record=f"line {last_line or 1}")
     flush()
-    book.intro = clean_body(intro)
+    book.intro = clean_body(intro, stats)
+    acc.added_chars += stats["added_chars"]
+    acc.inline_headings += stats["inline_headings"]
     if not book.sections and not book.intro:
-        raise InputError(path, "empty document: a title but no sections or text", record=f"line {first + 1}")
+        raise InputError(path, "empty document: a title but no sections or text", record="line 1")
     return book
+
+
+def _account_body(acc: BookAccount, s: str, lineno: int) -> None:
+    """Body characters of one line: without the 内容：/属性： label and the paired \\x markers."""
+    m = _BODY_PREFIX.match(s)
+    if m:
+        acc.markup_chars += m.end()
+        s = s[m.end():].strip()
+    n = len(_XMARK.findall(s))
+    if n:
+        acc.markup_chars += 4 * n
+        s = _XMARK.sub(lambda x: x.group(1), s)
+    acc.body(nonws(s), lineno)
 
 
 # --------------------------------------------------------------------------- books-md
@@ -307,17 +410,16 @@ def parse_sections_jsonl(path: Path) -> list[RawBook]:
 
 
 def add_book(b: DocumentBuilder, book: RawBook, opts: BookOptions) -> dict[str, Any]:
-    """Write one parsed book into the builder: level-0 node, heading nodes, sections, snippets."""
+    """Write one parsed book into the builder: level-0 node, heading nodes, sections, snippets, and
+    (when chosen for this book) the pattern extractors' entities and triples."""
     root = b.section(book.title)
-    n_snip = _add_snippets(b, root, book.intro, opts)
+    texts: list[str] = []  # every snippet's text, for the accounting check
+    intro = _add_snippet_list(b, root, book.intro, opts)
+    texts += [t for _, t in intro]
+    n_snip = len(intro)
     chain: list[tuple[str, str]] = []  # open heading nodes (title, id) below the book
     last: tuple[list[str], str, str] | None = None  # (parent titles, title, id) of the last section
-    stats: Counter[str] = Counter()
-    mm = None
-    if opts.materia_medica:
-        from bencao.retrieval.ingest import materia_medica as mm
-
-        mm.declare_relations(b)
+    written: list[tuple[str, str, list[tuple[str, str]]]] = []  # (title, text, snippets) per section
     for sec in book.sections:
         k = 0
         while k < len(chain) and k < len(sec.volumes) and chain[k][0] == sec.volumes[k]:
@@ -334,12 +436,50 @@ def add_book(b: DocumentBuilder, book: RawBook, opts: BookOptions) -> dict[str, 
         last = ([c[0] for c in chain], sec.title, sid)
         snips = _add_snippet_list(b, sid, sec.text, opts)
         n_snip += len(snips)
-        if mm is not None and snips:
-            for entry in mm.extract_section(b, sec.title, sec.text, snips, book=book.title):
-                stats["entries"] += 1
-                for rel, n in entry.items():
-                    stats[rel] += n
-    return {"sections": len(book.sections), "snippets": n_snip, **({"materia_medica": dict(stats)} if opts.materia_medica else {})}
+        texts += [t for _, t in snips]
+        written.append((sec.title, sec.text, snips))
+    out: dict[str, Any] = {"sections": len(book.sections), "snippets": n_snip}
+    if book.account is not None:
+        book.account.verify(texts, f"{b.source} ({book.title})")
+        book.account.release()
+        out["accounting"] = book.account.to_dict()
+        out["max_snippet_tokens"] = max((count_tokens(t) for t in texts), default=0)
+    out.update(_extract(b, book.title, written, opts))
+    return out
+
+
+def _extract(b: DocumentBuilder, title: str, written: list[tuple[str, str, list[tuple[str, str]]]],
+             opts: BookOptions) -> dict[str, Any]:
+    """Run the extractors chosen for this book (materia medica first: its entries name substances)."""
+    pairs = [(t, x) for t, x, _ in written]
+    why_mm = materia_medica_reason(opts.materia_medica, title, pairs)
+    why_f = formulas_reason(opts.formulas, title, pairs)
+    out: dict[str, Any] = {}
+    if why_mm is None and why_f is None:
+        return out
+    from bencao.retrieval.ingest import formulas as fx
+    from bencao.retrieval.ingest import materia_medica as mm
+    from bencao.retrieval.ingest.substances import SubstanceNames
+
+    names = SubstanceNames(b.graph)
+    out["extractors"] = {k: v for k, v in (("materia_medica", why_mm), ("formulas", why_f)) if v}
+    if why_mm is not None:
+        mm.declare_relations(b)
+        out["materia_medica"] = dict(mm.extract_book(b, written, names, relations=_relations(mm.FAMILIES, opts)))
+    if why_f is not None:
+        fx.declare_relations(b)
+        out["formulas"] = dict(fx.extract_book(b, written, names, relations=_relations(fx.FAMILIES, opts)))
+    return out
+
+
+def _relations(families: dict[str, str], opts: BookOptions) -> list[str]:
+    """The relations to write: all with ``all_families``, else those of families at or above the precision bar."""
+    from bencao.retrieval.ingest.precision import BELOW_BAR
+
+    rels = [r for r, fam in families.items() if opts.all_families or fam not in BELOW_BAR]
+    if opts.all_families or "alias" not in BELOW_BAR:
+        rels.append("aliases")
+    return rels
 
 
 def _add_snippet_list(b: DocumentBuilder, section_id: str, text: str, opts: BookOptions) -> list[tuple[str, str]]:
@@ -370,19 +510,21 @@ def _fit(chunk: str, max_tokens: int) -> list[str]:
     return out
 
 
-def _add_snippets(b: DocumentBuilder, section_id: str, text: str, opts: BookOptions) -> int:
-    return len(_add_snippet_list(b, section_id, text, opts))
-
-
 def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOptions) -> None:
     if not books or all(not bk.sections and not bk.intro for bk in books):
         raise InputError(path, "empty document: no sections or text")
     summaries = []
-    mm_total: Counter[str] = Counter()
+    totals: dict[str, Counter[str]] = {"materia_medica": Counter(), "formulas": Counter()}
     for bk in books:
         s = add_book(b, bk, opts)
-        summaries.append({"title": bk.title, **bk.meta, "sections": s["sections"], "snippets": s["snippets"]})
-        mm_total.update(s.get("materia_medica", {}))
+        summary = {"title": bk.title, **bk.meta, "sections": s["sections"], "snippets": s["snippets"]}
+        if "accounting" in s:
+            summary["accounting"] = {**s["accounting"], "max_snippet_tokens": s["max_snippet_tokens"]}
+        if s.get("extractors"):
+            summary["extractors"] = {"chosen_by": s["extractors"], **{k: s[k] for k in totals if k in s}}
+        summaries.append(summary)
+        for k in totals:
+            totals[k].update(s.get(k, {}))
     if not b.snippets and len(b.sections) == len(books):
         raise InputError(path, "empty document: no sections or text")
     if len(books) == 1:
@@ -392,28 +534,39 @@ def _finish(b: DocumentBuilder, path: Path, books: list[RawBook], opts: BookOpti
             if key in books[0].meta:
                 b.meta[key] = books[0].meta[key]
     b.meta["books"] = summaries
-    if opts.materia_medica:
-        b.meta["materia_medica"] = {"entries": mm_total.pop("entries", 0), "triples": dict(sorted(mm_total.items()))}
+    if opts.materia_medica is not False:
+        mm_total = totals["materia_medica"]
+        b.meta["materia_medica"] = {"entries": mm_total.pop("entries", 0), "aliases": mm_total.pop("aliases", 0),
+                                    "triples": dict(sorted(mm_total.items()))}
+    if opts.formulas is not False:
+        f_total = totals["formulas"]
+        b.meta["formulas"] = {"formulas": f_total.pop("formulas", 0), "ingredients_unknown": f_total.pop("ingredients_unknown", 0),
+                              "triples": dict(sorted(f_total.items()))}
 
 
 @register("books-txt", kind="book", options=BOOK_OPTIONS,
-          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030); options max_tokens, materia_medica, encoding")
+          description="classics with <篇名>/<目录>/内容： markup (UTF-8 or GB18030, .gz ok); options max_tokens, materia_medica, formulas, all_families, encoding")
 def load_books_txt(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
-    book = parse_classics_txt(read_text(path, opts.encoding), path)
+    lines = TextLines(path, opts.encoding)
+    acc = BookAccount()
+    book = parse_classics_txt(lines, path, account=acc)
+    acc.encoding, acc.bytes = lines.encoding, lines.bytes_read
+    acc.undecodable_bytes, acc.first_undecodable_line = lines.undecodable_bytes, lines.first_undecodable_line
+    book.account = acc
     _finish(b, path, [book], opts)
 
 
 @register("books-md", kind="book", options=BOOK_OPTIONS,
-          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, encoding")
+          description="Markdown: # headings nest into sections, text under them becomes snippets; options max_tokens, materia_medica, formulas, all_families, encoding")
 def load_books_md(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     book = parse_markdown(read_text(path, opts.encoding), path, _title_of(path))
     _finish(b, path, [book], opts)
 
 
-@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica"),
-          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica")
+@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "all_families"),
+          description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica, formulas, all_families")
 def load_sections_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)
     _finish(b, path, parse_sections_jsonl(path), opts)

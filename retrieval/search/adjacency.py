@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bencao.io import content_hash
 from bencao.retrieval.graph.store import Graph
 
 
@@ -205,9 +206,10 @@ _ARRAYS = ("out_ptr", "out_dst", "out_w", "in_ptr", "in_src", "out_rowid", "out_
 
 
 def _disk_dir(g: Graph, key: tuple) -> Path:
-    # the store file's inode and its write generation: every bencao write bumps the generation and a
-    # rebuilt graph is a new file, so a directory name never outlives the state it was built from
-    return g.dir / "cache" / f"adjacency-v{_DISK_VERSION}-{key[1]}-{key[2]}"
+    # the store's id and its write generation (``Graph.state_key``): every bencao write bumps the
+    # generation and a rebuilt graph is a new store, so a directory name never outlives the state
+    # it was built from
+    return g.dir / "cache" / f"adjacency-v{_DISK_VERSION}-{content_hash(key[1], length=12)}-{key[2]}"
 
 
 def _load(d: Path) -> Adjacency | None:

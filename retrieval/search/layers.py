@@ -53,6 +53,9 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
             n += 1
     if n:
         g.commit(b)
+    from bencao.retrieval.index import refresh_indexes
+
+    refresh_indexes(g)
     return {"source": len(src), "target": len(tgt), "links": n}
 
 

@@ -25,7 +25,8 @@ def teach_jieba(g: Graph) -> None:
     with _LOCK:
         if key in _TAUGHT:
             return
-        add_words(a for (a,) in g.conn.execute("SELECT DISTINCT alias FROM aliases WHERE kind != 'xref'") if has_cjk(a))
+        # the alias table's matching keys are the norm_key forms the segmenter is taught
+        add_words((k for (k,) in g.conn.execute("SELECT DISTINCT norm FROM aliases WHERE kind != 'xref'")), normalised=True)
         _TAUGHT.add(key)
 
 

@@ -7,6 +7,8 @@ snippets through ``triple_sources`` (M1: book snippets; M2: reasoning texts).
 
 from __future__ import annotations
 
+from typing import Any
+
 from bencao.retrieval.evidence import SnippetHit, TripleHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.adjacency import adjacency_for

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
@@ -34,6 +33,8 @@ from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
 
 MAX_QUESTION_CHARS = 4000
+#: Per-index raw scores a snippet carries beside its strategies' fused scores (different scales: never summed).
+RAW_SCORES = frozenset({"bm25", "dense"})
 
 
 @dataclass
@@ -225,8 +226,8 @@ class Retriever:
             self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
         if cfg.layers.enabled and cfg.layers.therapy:
             merge_snippets(therapy_retrieve(self.g, self.ix, question, beam=cfg.layers.beam, n_snippets=cfg.layers.therapy_snippets))
-        for s in snippets.values():
-            s.score = round(sum(s.scores.values()), 6)
+        for s in snippets.values():  # fused strategy scores; raw BM25 / cosine values are kept for reading, not summed
+            s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
