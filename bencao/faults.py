@@ -19,6 +19,7 @@ Points (where the code calls :func:`fault`):
 - ``add.manifest``    graph add: document committed and manifest written, indexes not yet refreshed
 - ``jsonl.append``    resumable JSONL output (infer, data runs): before a record is written
 - ``jsonl.torn``      resumable JSONL output: half of a record's line written
+- ``dataset.written`` data runs: one split's JSONL file of a dataset written (``@1``: train written, eval not yet)
 - ``extract.committed`` data extract: the run's document committed, the previous run's not yet removed
 """
 

@@ -26,14 +26,22 @@ def cot_command(
     input: Optional[str] = typer.Option(None, "--input", "-i", help="Questions with gold answers (benchmark JSONL or {question, answer})."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="kg-paths | llm."),
     output: Optional[str] = typer.Option(None, "--out", "--output", "-o", help="Output directory."),
+    exclude: list[str] = typer.Option(None, "--exclude", help="File of questions never to distil (benchmark JSONL, or {\"id\"} / "
+                                                               "{\"question\"} lines); repeatable. Matched by id and by normalised question text."),
     overrides: list[str] = typer.Argument(None, help="key=value overrides, e.g. llm.base_url=http://127.0.0.1:8000/v1"),
 ) -> None:
-    """Chain-of-thought distillation: question → reasoning and question → CoT triples, split by entity."""
+    """Chain-of-thought distillation: question → reasoning and question → CoT triples, split by entity.
+
+    The graph manifest records which questions' reasoning entered the personalized layer; `bencao eval`
+    flags those items (or refuses them with --set eval.on_leak=refuse)."""
     from bencao.config import load_config
     from bencao.data_gen.cot import CotDistillConfig, run_cot
 
     ov = list(overrides or []) + [f"{k}={v}" for k, v in (("graph", graph), ("input", input), ("teacher", teacher), ("output", output)) if v]
-    _echo(run_cot(load_config(CotDistillConfig, config, ov)))
+    cfg = load_config(CotDistillConfig, config, ov)
+    if exclude:
+        cfg.exclude = [*cfg.exclude, *exclude]
+    _echo(run_cot(cfg))
 
 
 @data_app.command("pairs")

@@ -21,8 +21,9 @@ from typing import Any
 
 from bencao.config import field, to_dict
 from bencao.data_gen.grounding import Grounding, make_grounder, resolve_grounding
-from bencao.data_gen.kg_paths import PathFinder, path_triples
+from bencao.data_gen.kg_paths import path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
+from bencao.data_gen.leakage import question_key, read_exclusions, record_distilled
 from bencao.data_gen.ledger import Ledger
 from bencao.data_gen.linking import AliasLinker
 from bencao.data_gen.personal import write_reasoning
@@ -54,12 +55,19 @@ class PathConfig:
     paths_per_pair: int = field(2, help="Shortest paths kept per (question entity, answer entity) pair.")
     max_paths: int = field(6, help="Paths kept per question in all, shortest and most confident first.")
     max_question_entities: int = field(8, help="Question entities linked at most.")
+    hub_degree: int = field(100, help="An entity with more triples than this (a catalogue, an is_a root) may end a path but never join two "
+                                      "entities (retrieval's paths.hub_degree); 0 = off.")
+    hub_relation_fanin: float = field(20.0, help="A relation with more triples per distinct tail than this (has_flavour, has_nature, "
+                                                 "listed_in) is a hub relation: its values never join two entities; 0 = off.")
+    hub_relations: list[str] = field(default_factory=list, help="Hub relations named by hand, beside the detected ones.")
 
 
 @dataclass
 class CotDistillConfig:
     graph: str = field("graphs/sample", help="Graph directory (read; the llm teacher also writes the personalized layer).")
     input: str = field("", help="Questions with gold answers: benchmark JSONL (mcq/sd) or {question, answer} lines.")
+    exclude: list[str] = field(default_factory=list, help="Files of questions never to distil (benchmark JSONL, or {id} / {question} lines): "
+                                                          "matched by id and by normalised question text (bencao.data_gen.leakage).")
     output: str = field("out/cot", help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, ledger, cache, logs.")
     teacher: str = field("kg-paths", help="kg-paths (no LLM) | llm.")
     llm: LLMConfig = field(default_factory=LLMConfig, help="The teacher LLM (teacher=llm).")
@@ -102,8 +110,8 @@ class LLMTeacher:
         self.clients = {step: ledger.client(client, step) for step in ("cot_decompose", "cot_reason", "cot_extract", "cot_judge")}
         self.lock = threading.Lock()
         self.linker = AliasLinker(graph)
-        self.finder = PathFinder(graph, layers=("book", "imported", "completed"))
         self.settings = PathSettings(**to_dict(cfg.paths))
+        self.finder = self.settings.finder(graph, layers=("book", "imported", "completed"))
         self.grounding = resolve_grounding(cfg.grounding, graph)
         self.ground = make_grounder(self.grounding, graph, linker=self.linker, k_triples=cfg.k_triples, k_snippets=cfg.k_snippets, lock=self.lock,
                                     retrieval_config=cfg.retrieval_config, retrieval_overrides=cfg.retrieval_overrides)
@@ -155,7 +163,8 @@ class LLMTeacher:
         if self.cfg.write_personal:
             with self.lock:
                 _, tids, eids = write_reasoning(self.graph, question_id=item.id, question=item.question, reasoning=reasoning, triples=triples,
-                                                model=self.model, confidence=self.cfg.personal_confidence)
+                                                model=self.model, confidence=self.cfg.personal_confidence,
+                                                question_key=question_key(item.question, item.options))
         with self.lock:
             ans_ents = [m.entity_id for a in item.answer_text for m in self.linker.link(a)]
         split_key = (ans_ents or eids or [item.id])[0]
@@ -176,6 +185,13 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
     out = Path(cfg.output)
     out.mkdir(parents=True, exist_ok=True)
     items = read_qa(cfg.input)[: cfg.limit] if cfg.limit else read_qa(cfg.input)
+    excluded: list[str] = []
+    if cfg.exclude:
+        never = read_exclusions(cfg.exclude)
+        excluded = [it.id for it in items if never.match(it.id, it.question, it.options)]
+        gone = set(excluded)
+        items = [it for it in items if it.id not in gone]
+        log.info("cot: %d of %d questions excluded by %s", len(excluded), len(excluded) + len(items), ", ".join(cfg.exclude))
     graph = Graph.open(cfg.graph)
     ledger = Ledger(out / "ledger.json", cfg.llm.price_prompt_per_mtok, cfg.llm.price_completion_per_mtok)
     try:
@@ -194,6 +210,8 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}
+        if cfg.exclude:
+            summary.extra["excluded"] = {"files": list(cfg.exclude), "questions": len(excluded), "ids": excluded[:50]}
         if cfg.teacher == "llm":
             summary.extra["grounding"] = teacher.grounding
         counts = write_dataset(out, train, ev, columns=SFT_COLUMNS, card={
@@ -204,7 +222,8 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
             "recipe": to_dict(cfg), "summary": summary.to_dict()})
         summary.extra.update(counts)
         if cfg.teacher == "llm" and cfg.write_personal:
-            graph.write_manifest(op="cot", detail={"teacher": teacher.name, "records": len(records)})
+            # the manifest names every question whose reasoning is now in the graph: eval flags or refuses them
+            summary.extra["distilled"] = len(record_distilled(graph, "cot", {"teacher": teacher.name, "records": len(records)})["ids"])
         return save_summary(out, summary, ledger if cfg.teacher == "llm" else None)
     finally:
         graph.close()

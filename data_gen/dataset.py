@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from bencao import faults
 from bencao.io import atomic_write_text, write_jsonl
 
 
@@ -39,6 +40,7 @@ def write_dataset(out: str | Path, train: list[dict[str, Any]], eval_: list[dict
     rows = {name: [{c: r[c] for c in columns} for r in recs] for name, recs in (("train", train), ("eval", eval_))}
     for name, recs in rows.items():
         write_jsonl(out / f"{name}.jsonl", recs)
+        faults.fault("dataset.written")
     dd = DatasetDict({name: Dataset.from_list(recs) if recs else Dataset.from_dict({c: [] for c in columns}) for name, recs in rows.items()
                       if recs or name == "train"})
     tmp = out / "hf.tmp"

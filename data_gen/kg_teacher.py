@@ -3,16 +3,18 @@
 For a question with a gold answer: the answer's entities (the gold options, or the free answer) and
 the question's entities (question text and, for choice questions, nothing from wrong options) are
 linked with the alias table; shortest paths between them (at most ``max_hops`` edges, ``paths_per_pair``
-per pair, ``max_paths`` in all, ranked by the product of confidences) are grouped by the answer entity
-they reach, and become CoT triples plus a templated reasoning text in the SFT output format.
+per pair, ``max_paths`` in all, shortest first, then by the product of confidences scaled down by each
+middle entity's log-degree; never through a hub — see
+:mod:`bencao.data_gen.kg_paths`) are grouped by the answer entity they reach, and become CoT triples
+plus a templated reasoning text in the SFT output format.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from bencao.data_gen.kg_paths import PathFinder, Step, path_confidence, path_triples
+from bencao.data_gen.kg_paths import PathFinder, Step, path_triples
 from bencao.data_gen.linking import AliasLinker
 from bencao.data_gen.qa_input import QAItem
 from bencao.data_gen.runner import Done, Skip
@@ -26,6 +28,13 @@ class PathSettings:
     paths_per_pair: int = 2
     max_paths: int = 6
     max_question_entities: int = 8
+    hub_degree: int = 100
+    hub_relation_fanin: float = 20.0
+    hub_relations: list[str] = field(default_factory=list)
+
+    def finder(self, graph: Graph, layers: tuple[str, ...] | None = None) -> PathFinder:
+        return PathFinder(graph, layers, hub_degree=self.hub_degree, hub_relation_fanin=self.hub_relation_fanin,
+                          hub_relation_names=self.hub_relations)
 
 
 @dataclass
@@ -56,7 +65,7 @@ def link_and_find_paths(item: QAItem, linker: AliasLinker, finder: PathFinder, s
                 cands.append((a, p))
     if not cands:
         return Skip("no_path", f"no path of ≤{s.max_hops} hops between {len(q)} question and {len(ans)} answer entities")
-    cands.sort(key=lambda ap: (len(ap[1]), -path_confidence(ap[1])))
+    cands.sort(key=lambda ap: (len(ap[1]), -finder.path_score(ap[1])))
     for a, p in cands[: s.max_paths]:
         groups.setdefault(a, []).append(p)
     return LinkedPaths(q, ans, groups)
@@ -93,7 +102,7 @@ class KGPathTeacher:
         self.graph = graph
         self.s = settings or PathSettings()
         self.linker = linker or AliasLinker(graph)
-        self.finder = finder or PathFinder(graph)
+        self.finder = finder or self.s.finder(graph)
 
     def __call__(self, item: QAItem) -> Done | Skip:
         if item.problem:

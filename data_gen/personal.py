@@ -23,13 +23,14 @@ def resolve_entity(b: DocumentBuilder, graph: Graph, name: str, type_: str | Non
 
 
 def write_reasoning(graph: Graph, *, question_id: str, question: str, reasoning: str, triples: list[dict[str, Any]],
-                    model: str, confidence: float) -> tuple[str, list[str], list[str]]:
+                    model: str, confidence: float, question_key: str | None = None) -> tuple[str, list[str], list[str]]:
     """Store one reasoning text and its triples (layer ``personal``). Returns (document id, triple ids, entity ids).
 
-    Content-addressed: storing the same reasoning again (a resumed run) changes nothing.
+    Content-addressed: storing the same reasoning again (a resumed run) changes nothing. ``question_key``
+    (:func:`bencao.data_gen.leakage.question_key`) lets evaluation recognise the question by its text.
     """
     b = graph.builder(source=f"cot:{question_id}", kind="reasoning", format="cot-reasoning", content_key=content_hash(question_id, model, reasoning),
-                      title=question[:60], meta={"question_id": question_id, "model": model})
+                      title=question[:60], meta={"question_id": question_id, "model": model, **({"question_key": question_key} if question_key else {})})
     sec = b.section(question[:200] or question_id)
     snip = b.snippet(sec, reasoning)
     tids, eids = [], []

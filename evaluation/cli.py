@@ -63,5 +63,6 @@ def eval_command(
     for bname, m in metrics.items():
         main = MAIN_METRIC[m["task"]]
         key = main if main in m else "evidence_contains_gold"
-        typer.echo(f"{bname}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}")
+        leak = f" leaked={m['leaked']}" if m.get("leaked") else ""
+        typer.echo(f"{bname}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}{leak}")
     typer.echo(f"wrote {out / 'metrics.json'}, {out / 'report.md'}, {out / 'predictions.jsonl'}")

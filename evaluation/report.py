@@ -108,6 +108,11 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
                     + ", ".join(f"{n}: {k}" for n, k in skipped.items()) + ".")
     if counts and counts.get("failed"):
         head.append(f"\n**{counts['failed']} record(s) failed** (e.g. LLM timeouts) and are not scored; run the same command again to retry them.")
+    leaked = {name: m["leaked"] for name, m in metrics.items() if m.get("leaked")}
+    if leaked:
+        head.append("\n**Leaked records**: " + ", ".join(f"{name}: {n} of {metrics[name]['n']}" for name, n in leaked.items())
+                    + " had their reasoning distilled into the graph's personalized layer (`leaked: true` in predictions.jsonl); "
+                      "their scores are not held-out figures.")
     body = ["## Summary\n\n" + summary_table(metrics), markdown_tables(metrics)]
     src = source_table(metrics)
     if src:

@@ -87,6 +87,25 @@ def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restar
     return run
 
 
+def leaked_records(benches: list[Bench], graph_dir: Path | None, limit: int | None = None) -> dict[str, list[str]]:
+    """``{"<bench>/<id>": how}`` for the records whose question the graph's personalized layer was distilled from
+    (``how``: ``id`` and/or ``question``; see :mod:`bencao.data_gen.leakage`)."""
+    if graph_dir is None or not (Path(graph_dir) / "graph.sqlite").exists():
+        return {}
+    from bencao.data_gen.leakage import distilled_questions, record_question
+
+    distilled = distilled_questions(graph_dir)
+    if not distilled:
+        return {}
+    out: dict[str, list[str]] = {}
+    for b in benches:
+        for r in (b.records[:limit] if limit else b.records):
+            how = distilled.match(r["id"], record_question(r), r.get("options"))
+            if how:
+                out[f"{b.name}/{r['id']}"] = how
+    return out
+
+
 def run_predictions(
     benches: list[Bench],
     system_name: str,
@@ -105,6 +124,14 @@ def run_predictions(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     graph_path = Path(graph_dir) if graph_dir else None
+    if config.eval.on_leak not in ("flag", "refuse"):
+        raise BencaoError(f"eval.on_leak: {config.eval.on_leak!r} is not flag or refuse")
+    leaked = leaked_records(benches, graph_path, limit)
+    if leaked and config.eval.on_leak == "refuse":
+        first = ", ".join(list(leaked)[:3])
+        raise BencaoError(f"{graph_path}: {len(leaked)} record(s) to evaluate were distilled into this graph's personalized layer "
+                          f"(e.g. {first}); evaluate on a graph without their reasoning (bencao data cot --exclude BENCH), "
+                          "or --set eval.on_leak=flag to score them flagged")
     _check_run(out, _run_identity(system_name, graph_path, config), benches, restart)
     tasks = {b.task for b in benches}
     if system is None:
@@ -138,11 +165,13 @@ def run_predictions(
                     ev_hit = None if o.evidence_text is None else evidence_contains_gold(r, o.evidence_text)
                     if r["task"] == "el":
                         ev_hit = None
+                    key = f"{b.name}/{r['id']}"
                     app.write({
-                        "key": f"{b.name}/{r['id']}", "bench": b.name, "id": r["id"], "task": r["task"],
+                        "key": key, "bench": b.name, "id": r["id"], "task": r["task"],
                         "source": r.get("source"), "system": system_name, "prediction": o.prediction,
                         "evidence": o.evidence_ids, "evidence_contains_gold": ev_hit,
                         "elapsed_s": round(elapsed, 4), **extra, **({"extra": o.extra} if o.extra else {}),
+                        **({"leaked": True, "leak_match": leaked[key]} if key in leaked else {}),
                     })
                     counts["new"] += 1
                 bar.update(len(chunk))
@@ -171,10 +200,12 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
     metrics: dict[str, Any] = {}
     for b in benches:
         recs, ps, ev, ctx = [], [], [], []
+        n_leaked = 0
         for r in b.records:
             p = preds.get(f"{b.name}/{r['id']}")
             if p is None:
                 continue
+            n_leaked += bool(p.get("leaked"))
             recs.append(r)
             ps.append(p["prediction"])
             ev.append(p.get("evidence_contains_gold"))
@@ -192,6 +223,8 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
             failed = sum(int((c or {}).get("judge_failed", 0)) for c in ctx)
             if failed:
                 m["judge_failed"] = failed
+        if n_leaked:
+            m["leaked"] = n_leaked  # records whose reasoning is in the graph: their figure is not a held-out figure
         metrics[b.name] = m
     return metrics
 

@@ -92,14 +92,36 @@ def test_killed_cot_kg_paths_resumes_to_the_same_dataset(fault, graph, tmp_path)
     assert _dataset(tmp_path / "out") == _dataset(tmp_path / "clean")
 
 
-def test_killed_pairs_resume_to_the_same_pairs(graph, tmp_path):
-    args = ["data", "pairs", "--graph", str(graph), "--teacher", "template", "limit=60", "progress=false"]
-    assert main([*args, "-o", str(tmp_path / "clean")]) == 0
-    r = bencao(*args, "-o", str(tmp_path / "out"), fault="jsonl.torn@25")
-    assert r.returncode == 137, r.stderr
-    assert main([*args, "-o", str(tmp_path / "out")]) == 0
+def _question_teacher(messages: list[dict]) -> str:
+    """A question made from the explanation's first characters (the same for the killed run and the rerun)."""
+    user = messages[-1]["content"]
+    return json.dumps({"question": "哪一味药：" + re.sub(r"\s+", "", user)[-24:]}, ensure_ascii=False)
+
+
+def test_killed_llm_pairs_resume_to_the_same_pairs(graph, tmp_path):
+    from bencao.llm.local_server import create_app, serve_in_thread
+
+    with serve_in_thread(create_app(ScriptedClient(_question_teacher, max_concurrency=4))) as url:
+        args = ["data", "pairs", "--graph", str(graph), "--teacher", "llm", "limit=60", "progress=false", "llm.backend=openai",
+                "llm.model=scripted", f"llm.base_url={url}"]
+        assert main([*args, "-o", str(tmp_path / "clean")]) == 0
+        r = bencao(*args, "-o", str(tmp_path / "out"), fault="jsonl.torn@25")
+        assert r.returncode == 137, r.stderr
+        assert 0 < len(lines(tmp_path / "out" / "pairs.records.jsonl")) < 60
+        assert main([*args, "-o", str(tmp_path / "out")]) == 0
     recs = lines(tmp_path / "out" / "pairs.records.jsonl")
     assert len({r["item_id"] for r in recs}) == len(recs) == 60
+    assert _dataset(tmp_path / "out") == _dataset(tmp_path / "clean")
+
+
+def test_killed_template_pairs_rerun_to_the_same_pairs(graph, tmp_path):
+    args = ["data", "pairs", "--graph", str(graph), "--teacher", "template", "limit=300", "progress=false"]
+    assert main([*args, "-o", str(tmp_path / "clean")]) == 0
+    r = bencao(*args, "-o", str(tmp_path / "out"), fault="dataset.written@1")  # train.jsonl written, eval.jsonl not
+    assert r.returncode == 137, r.stderr
+    assert (tmp_path / "out" / "train.jsonl").exists() and not (tmp_path / "out" / "eval.jsonl").exists()
+    assert main([*args, "-o", str(tmp_path / "out")]) == 0
+    assert len(_dataset(tmp_path / "out")) == 300
     assert _dataset(tmp_path / "out") == _dataset(tmp_path / "clean")
 
 

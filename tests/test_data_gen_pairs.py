@@ -30,26 +30,74 @@ def pairs_dir(graph_dir, tmp_path_factory):
     return out
 
 
-def test_pairs_reference_real_entities_with_guarded_negatives(graph_dir, pairs_dir):
+def test_template_pairs_ask_real_questions_with_guarded_negatives(graph_dir, pairs_dir):
     train, ev = _lines(pairs_dir / "train.jsonl"), _lines(pairs_dir / "eval.jsonl")
-    assert len(train) > 500 and ev
-    assert all(set(r) == {"anchor", "positive", "negative", "group"} for r in train + ev)
-    g = Graph.open(graph_dir)
+    rows = train + ev
+    assert all(set(r) == {"anchor", "positive", "negative", "group"} for r in rows)
     prov = json.loads((pairs_dir / "provenance.json").read_text(encoding="utf-8"))["rows"]
-    ids = {p["entity_id"] for p in prov}
-    for r in (train + ev)[::25]:
-        ents = g.entities_by_alias(r["positive"])
-        assert ents and any(e["id"] in ids for e in ents)
-        assert r["negative"] and norm_key(r["negative"]) not in {a["norm"] for e in ents for a in g.aliases_of(e["id"])}
-        assert norm_key(r["positive"]) not in norm_key(r["anchor"]) or len(r["positive"]) < 2  # the name is masked
-    # Chinese book snippets and English definitions both become questions
-    assert any(r["anchor"].startswith("哪一种是") for r in train + ev) and any(r["anchor"].startswith("Which term") for r in train + ev)
-    # split by entity: no positive entity on both sides
-    tr_ids = {p["entity_id"] for p, r in zip(prov, train + ev)}
-    assert tr_ids
+    assert [p["anchor"] for p in prov] == [r["anchor"] for r in rows]
+    summary = json.loads((pairs_dir / "pairs.summary.json").read_text(encoding="utf-8"))
+    counts = summary["templates"]
+    assert all(counts[t] > 0 for t in ("fact", "composite", "attributes", "alias", "definition", "heading")) and counts["formula"] == 0
+    assert sum(v["train"] + v["eval"] for v in summary["by_template"].values()) == len(rows)
+    g = Graph.open(graph_dir)
+    by_template = {}
+    for p, r in zip(prov, rows):
+        by_template.setdefault(p["template"], []).append((p, r))
+    # a fact question: its tail is in the question and in the answer's entry (the snippet the fact was read from)
+    p, r = next((p, r) for p, r in by_template["fact"] if r["anchor"] == "哪味药主治头眩胸胀？")
+    assert r["positive"].startswith("神农本草经 › ") and "头眩胸胀" in r["positive"] and g.get_entity(p["entity_id"])["name"] == "半夏"
+    assert p["answers"] == [p["entity_id"]]
+    # composites name the entity's rarest facts; aliases and definitions give the entity's names
+    assert all(r["anchor"].endswith("的是哪味药？") for _, r in by_template["composite"])
+    assert any(r["anchor"].startswith("Which term is described as follows:") for _, r in by_template["definition"])
+    for p, r in by_template["alias"][:200]:
+        assert norm_key(r["anchor"]) in {norm_key(a["alias"]) for a in g.aliases_of(p["entity_id"])}
+        assert norm_key(r["anchor"]) not in {norm_key(x) for x in r["positive"].split(". ")[0].split("; ")}  # the asked alias is left out
+    # the guard: a negative is never the positive of a row about one of the answers, nor of an entity named like an answer
+    positives: dict[str, set[str]] = {}
+    for p, r in zip(prov, rows):
+        positives.setdefault(r["positive"], set()).add(p["entity_id"])
+    for p, r in zip(prov, rows):
+        assert r["negative"] and r["negative"] != r["positive"]
+        assert not positives.get(r["negative"], set()) & set(p["answers"])
+    # same-group negatives exist: single-entity sections climb to their volume
+    fact_entities: dict[str, set[str]] = {}
+    for p, r in by_template["fact"]:
+        fact_entities.setdefault(r["group"], set()).add(p["entity_id"])
+    assert all(len(es) >= 2 for es in fact_entities.values())
+    # 神农本草经's volumes (and a section holding two herbs, 枸杞 under 槐实), not one group per herb section
+    assert len(fact_entities) <= 6 and len({eid for es in fact_entities.values() for eid in es}) > 100
+    sizes = {}
+    for r in rows:
+        sizes[r["group"]] = sizes.get(r["group"], 0) + 1
+    assert sum(1 for r in rows if sizes[r["group"]] == 1) < 0.05 * len(rows)
+    # held out by entity group: no answer on both sides
+    side = {}
+    for p in prov:
+        for a in [p["entity_id"], *p["answers"]]:
+            side.setdefault(a, set()).add(p["split"])
+    assert ev and all(len(s) == 1 for s in side.values())
     from datasets import load_from_disk
 
     assert load_from_disk(str(pairs_dir / "hf"))["train"].column_names == ["anchor", "positive", "negative", "group"]
+
+
+def test_template_pairs_fill_group_batches_and_are_deterministic(graph_dir, pairs_dir, tmp_path):
+    from bencao.training.embedder import SameGroupBatchSampler
+    from bencao.training.embedder import to_dataset
+
+    rows = [dict(r) for r in _lines(pairs_dir / "train.jsonl")]
+    ds = to_dataset(rows, use_negative=True)
+    stats = SameGroupBatchSampler(ds, batch_size=32, drop_last=False, groups=[r["group"] for r in rows]).stats()
+    assert stats["skipped"] <= 0.01 * stats["rows"] and stats["rows_with_groupmate_in_batch"] >= 0.8 * stats["rows"]
+    again = tmp_path / "again"
+    run_pairs(PairsConfig(graph=str(graph_dir), output=str(again), progress=False))
+    assert (again / "train.jsonl").read_bytes() == (pairs_dir / "train.jsonl").read_bytes()
+    zh = tmp_path / "zh"
+    s = run_pairs(PairsConfig(graph=str(graph_dir), output=str(zh), progress=False, languages=["zh"], templates=["fact", "heading"],
+                              max_per_template=50))
+    assert s["languages"] == {"zh": s["records"]} and set(s["templates"]) == {"fact", "heading"} and max(s["templates"].values()) == 50
 
 
 def test_pairs_with_an_llm_teacher_fall_back_when_the_name_leaks(graph_dir, tmp_path):

@@ -21,6 +21,11 @@ flat YAML mapping over ``EmbedderScriptArguments`` (below) and sentence-transfor
   and negatives as the corpus) before and after training: Recall@k, MRR@10, nDCG@10, written to
   ``<output_dir>/bencao_training.json``.
 - Optional LoRA adapter via peft (``use_lora: true``).
+- ``model_name_or_path: static``: a ``StaticEmbedding`` model trained from scratch, its tokenizer
+  trained on the training texts (:mod:`bencao.training.static_embedder`; ``static_*`` keys).
+- ``languages: [zh]``: train and evaluate on the rows whose anchor is in those languages only (one
+  pairs directory can feed an English and a Chinese recipe); ``eval_file: auto``: the ``eval.jsonl``
+  beside ``train_file`` (what ``bencao data pairs`` writes).
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from bencao.errors import ConfigError, InputError
 from bencao.io import content_hash
@@ -45,9 +50,16 @@ SUMMARY_FILE = "bencao_training.json"
 
 @dataclass
 class EmbedderScriptArguments:
-    model_name_or_path: str | None = field(default=None, metadata={"help": "Sentence-transformers model id or path (e.g. BAAI/bge-m3)."})
+    model_name_or_path: str | None = field(default=None, metadata={"help": "Sentence-transformers model id or path (e.g. BAAI/bge-m3), or 'static': "
+                                                                           "a StaticEmbedding trained from scratch (static_* keys)."})
     train_file: str | None = field(default=None, metadata={"help": "JSONL (or saved datasets dir) of anchor/positive/negative/group rows."})
-    eval_file: str | None = field(default=None, metadata={"help": "Held-out rows for the IR evaluation; when absent, eval_fraction of the groups is held out."})
+    eval_file: str | None = field(default=None, metadata={"help": "Held-out rows for the IR evaluation; 'auto' = eval.jsonl beside train_file; when absent, "
+                                                                  "eval_fraction of the groups is held out."})
+    languages: list[str] = field(default_factory=list, metadata={"help": "Only rows whose anchor is in these languages (bencao.text.lang_of: zh, en); empty: all."})
+    static_tokenizer: str = field(default="bpe", metadata={"help": "model_name_or_path=static: char | bpe (trained on the training texts) | a tokenizer.json path."})
+    static_vocab_size: int = field(default=32000, metadata={"help": "model_name_or_path=static: tokenizer vocabulary size."})
+    static_min_frequency: int = field(default=2, metadata={"help": "model_name_or_path=static: rarest token kept (occurrences)."})
+    static_dim: int = field(default=256, metadata={"help": "model_name_or_path=static: embedding dimension."})
     eval_fraction: float = field(default=0.1, metadata={"help": "Share of groups held out when there is no eval_file (split by group hash, so no group leaks)."})
     loss: str = field(default="mnrl", metadata={"help": "Loss name: mnrl (MultipleNegativesRankingLoss) or cmnrl (CachedMultipleNegativesRankingLoss)."})
     scale: float = field(default=20.0, metadata={"help": "Similarity scale (inverse temperature) of the ranking loss."})
@@ -90,6 +102,13 @@ def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tupl
         raise ConfigError(f"{where}: batch_sampling must be no_duplicates, group or batch")
     if script_args.hard_negatives not in ("auto", "require", "off"):
         raise ConfigError(f"{where}: hard_negatives must be auto, require or off")
+    if script_args.eval_file == "auto":
+        sibling = Path(script_args.train_file).parent / "eval.jsonl"
+        if not sibling.is_file():
+            raise ConfigError(f"{where}: eval_file: auto, but {sibling} does not exist")
+        script_args.eval_file = str(sibling)
+    if script_args.model_name_or_path == "static" and script_args.use_lora:
+        raise ConfigError(f"{where}: a static embedding model trains all its weights (use_lora: false)")
     return script_args, training_args
 
 
@@ -313,11 +332,21 @@ def mine_missing_negatives(rows: list[dict[str, str]], model, batch_size: int = 
     return counts
 
 
-def load_model(args: EmbedderScriptArguments):
+def keep_languages(rows: list[dict[str, str]], languages: list[str]) -> list[dict[str, str]]:
+    from bencao.text import lang_of
+
+    return [r for r in rows if lang_of(r["anchor"]) in languages] if languages else rows
+
+
+def load_model(args: EmbedderScriptArguments, texts: Iterable[str] = (), seed: int = 0):
     from sentence_transformers import SentenceTransformer
 
     from bencao.models import resolve_model
 
+    if args.model_name_or_path == "static":
+        from bencao.training.static_embedder import build_static_model
+
+        return build_static_model(args, list(texts), seed)
     model = SentenceTransformer(resolve_model(args.model_name_or_path))
     if args.max_seq_length:
         model.max_seq_length = args.max_seq_length
@@ -341,13 +370,15 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     from bencao.training.sft import resolve_resume
     from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
 
-    rows = load_pairs(script_args.train_file)
+    rows = keep_languages(load_pairs(script_args.train_file), script_args.languages)
+    if not rows:
+        raise InputError(script_args.train_file, f"no rows in the languages {', '.join(script_args.languages)}")
     if script_args.eval_file:
-        train_rows, held = rows, load_pairs(script_args.eval_file, "eval")
+        train_rows, held = rows, keep_languages(load_pairs(script_args.eval_file, "eval"), script_args.languages)
     else:
         train_rows, held = split_heldout(rows, script_args.eval_fraction)
     negatives = decide_negatives(train_rows, script_args.hard_negatives, script_args.train_file)
-    model = load_model(script_args)
+    model = load_model(script_args, (t for r in train_rows for t in (r["anchor"], r["positive"], r["negative"]) if t), training_args.seed)
     n_given = sum(1 for r in train_rows if r["negative"].strip()) if negatives != "none" else 0
     neg_report = {"mode": script_args.hard_negatives, "rows": len(train_rows), "given": n_given, "mined": 0,
                   "without_hard_negative": len(train_rows) if negatives == "none" else 0}
@@ -410,7 +441,10 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
                 steps_key: getattr(training_args, steps_key),
                 "per_device_train_batch_size": training_args.per_device_train_batch_size,
                 "warmup_steps": training_args.warmup_steps, "seed": training_args.seed,
-                "method": "lora" if script_args.use_lora else "full", "max_seq_length": model.max_seq_length,
+                "method": "lora" if script_args.use_lora else "full",
+                "max_seq_length": model.max_seq_length if isinstance(model.max_seq_length, int) else None,
+                **({"static_tokenizer": script_args.static_tokenizer, "vocab_size": model[0].num_embeddings, "dim": model[0].embedding_dim}
+                   if script_args.model_name_or_path == "static" else {}),
                 **({"lora_r": script_args.lora_r, "lora_alpha": script_args.lora_alpha} if script_args.use_lora else {}),
             },
             "training": run_facts(trainer),

@@ -144,7 +144,8 @@ class SentenceTransformerEmbedder:
             self.model = SentenceTransformer(path, device=cfg.device, local_files_only=local or os.environ.get("HF_HUB_OFFLINE") == "1")
         except (OSError, ValueError) as exc:
             raise ConfigError(f"embedder model {cfg.model_name!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
-        self.model.max_seq_length = cfg.max_seq_length
+        if isinstance(self.model.max_seq_length, int):  # a StaticEmbedding model has no length limit (math.inf) to set
+            self.model.max_seq_length = cfg.max_seq_length
         self.id = embedder_id(cfg)
         self.fingerprint = _st_fingerprint(cfg)
         self.dim = int(self.model.get_embedding_dimension() if hasattr(self.model, "get_embedding_dimension") else self.model.get_sentence_embedding_dimension())
