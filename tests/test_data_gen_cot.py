@@ -157,10 +157,10 @@ def test_resume_after_a_kill_has_no_duplicates_and_nothing_missing(graph_dir, tm
     with pytest.raises(KeyboardInterrupt):
         run_cot(cfg, client=ScriptedClient(killing, max_concurrency=1))
     done = _lines(tmp_path / "out" / "cot.records.jsonl")
-    # one request at a time, two questions in flight: q3 is asked once q0 and q1 are done; q2 may have
-    # finished too (how far it got before q3's first request is up to the scheduler)
+    # one request at a time, two questions in flight: when q3 is asked, at least one of q0..q2 is done and
+    # which ones is up to the scheduler; q3 onwards never started
     ids = {d["item_id"] for d in done}
-    assert {"q0", "q1"} <= ids <= {"q0", "q1", "q2"} and len(done) == len(ids)
+    assert ids and ids <= {"q0", "q1", "q2"} and len(done) == len(ids)
     s = run_cot(cfg, client=ScriptedClient(_teacher_script))
     assert s["done_before"] == len(ids) and s["done"] == 6 - len(ids)
     rows = _lines(tmp_path / "out" / "train.jsonl") + _lines(tmp_path / "out" / "eval.jsonl")
