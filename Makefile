@@ -80,7 +80,7 @@ BENCH_SCALE ?= 0.01
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/run_bench.py --scale $(BENCH_SCALE)
 
-# The training loop end to end on CPU (~15 min on 2 cores): template pairs from a fresh sample graph ->
+# The training loop end to end on CPU (6 min 53 s on the shared 2 cores at load ~1; bench/RESULTS.md): template pairs from a fresh sample graph ->
 # a Chinese static embedder trained from scratch -> the graph re-indexed with it -> dev TCMBench/SD
 # evaluation, BM25 only vs hybrid (when $(DEV) holds them), and encode speed vs MiniLM.
 DEMO_OUT ?= out/train-demo

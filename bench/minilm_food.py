@@ -1,14 +1,15 @@
 """The English embedder in the loop: IR before/after fine-tuning and dev entity linking, base vs fine-tuned MiniLM.
 
     .venv/bin/python bench/minilm_food.py --model runs/embed/minilm-food --work out/minilm-food \
-        [--data ../shared/data/dev/cafeteria_fcd_el.jsonl] [--results bench/RESULTS.md]
+        [--graph graphs/sample] [--data ../shared/data/dev/cafeteria_fcd_el.jsonl] [--results bench/RESULTS.md]
 
 - IR: the training record (``<model>/bencao_training.json``): InformationRetrievalEvaluator on the
   held-out pairs (split by entity group), base model before training vs the fine-tuned one.
-- Entity linking: one graph holding the bundled FoodOn slice (built once under ``--work``), copied
-  twice and indexed once with the packaged all-MiniLM-L6-v2 and once with ``--model`` (the same
-  entities, BM25, alias tables and linker; only the dense vectors differ); then every mention of the
-  dev file is linked (``bench/el_dev.py``: strict Acc@1, abstentions wrong, the fixed halves).
+- Entity linking: one graph — ``--graph`` (the graph the pairs came from; never written: copied), or
+  else one holding the bundled FoodOn slice (built once under ``--work``) — copied twice and indexed
+  once with the packaged all-MiniLM-L6-v2 and once with ``--model`` (the same entities, BM25, alias
+  tables and linker; only the dense vectors differ); then every mention of the dev file is linked
+  (``bench/el_dev.py``: strict Acc@1, abstentions wrong, the fixed halves).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def index(graph: Path, model: str) -> dict:
     from bencao.retrieval.index import update_indexes
     from bencao.retrieval.search.config import load_retrieval_config
 
-    cfg = load_retrieval_config(str(REPO / "configs/retrieval/default.yaml"), [f"index.embedder.model={model}"])
+    cfg = load_retrieval_config(str(REPO / "configs/retrieval/default.yaml"), [f"index.embedder.model={model}", "index.shared_cache=false"])
     t0 = time.time()
     with Graph.open(graph) as g:
         s = update_indexes(g, cfg.index)
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True, help="the fine-tuned model directory (bencao train embedder output_dir)")
     ap.add_argument("--work", default="out/minilm-food")
+    ap.add_argument("--graph", default=None, help="a built graph to copy (default: a FoodOn-only graph built under --work)")
     ap.add_argument("--data", default=str(REPO.parent / "shared/data/dev/cafeteria_fcd_el.jsonl"))
     ap.add_argument("--results", default=None)
     args = ap.parse_args(argv)
@@ -58,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     from bencao.retrieval.ingest.registry import ingest_file
 
     work = Path(args.work)
-    base_graph = work / "foodon"
-    if not (base_graph / "graph.sqlite").exists():
+    base_graph = Path(args.graph) if args.graph else work / "foodon"
+    if not args.graph and not (base_graph / "graph.sqlite").exists():
         g = Graph.create(base_graph)
         ingest_file(g, "foodon-jsonl", REPO / "data/sample/foodon/foodon_terms.jsonl.gz")
         g.close()
@@ -85,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
              "| model | " + " | ".join(m["ir_before"]) + " |", "|---|" + "---:|" * len(m["ir_before"]),
              "| base all-MiniLM-L6-v2 | " + " | ".join(f"{v:.3f}" for v in m["ir_before"].values()) + " |",
              "| fine-tuned | " + " | ".join(f"{m['ir_after'][k]:.3f}" for k in m["ir_before"]) + " |", "",
-             f"Entity linking, dev CafeteriaFCD (`{args.data}`), the same FoodOn graph indexed with each model:", "",
+             f"Entity linking, dev CafeteriaFCD (`{args.data}`), the same graph (`{base_graph}`) indexed with each model:", "",
              "| model | Acc@1 | half 0 | half 1 | abstention | entities embedded | index s |", "|---|---:|---:|---:|---:|---:|---:|"]
     for label, r in rows.items():
         e = r["el"]

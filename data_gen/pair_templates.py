@@ -50,7 +50,7 @@ ASPECTS = {"zh": {"has_flavour": "性味", "has_nature": "性味", "treats": "�
 FORMULA_QUESTIONS = {"zh": ("由{parts}组成的是{noun}？", "{h}由哪些材料组成？"), "en": ("Which {noun} is made of {parts}?", "What is {h} made of?")}
 DEFINITION_QUESTION = {"zh": "哪一种是：{x}", "en": "Which term is described as follows: {x}"}
 MASK = {"zh": "此物", "en": "this"}
-ALIAS_KINDS = ("synonym", "variant", "label_name", "traditional")
+ALIAS_KINDS = ("synonym", "book_synonym", "variant", "label_name", "traditional")  # book_synonym: a book's 一名 (retrieval.ingest.substances)
 _IDLIKE = re.compile(r"^(https?://|[A-Za-z]+[_:]\d+$|C\d{7}$)")
 
 

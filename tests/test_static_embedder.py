@@ -90,3 +90,30 @@ def test_embed_recipes_parse_and_find_the_held_out_split(tmp_path):
         parse_args("configs/embed/static-zh.yaml", [f"train_file={tmp_path / 'train.jsonl'}", "use_lora=true"])
     for cfg, lang in (("configs/retrieval/static-zh.yaml", ["zh"]), ("configs/retrieval/minilm-food.yaml", ["en"])):
         assert load_retrieval_config(cfg).index.embedder.languages == lang
+
+
+@pytest.mark.slow  # 2-4 min each on the shared 2-core machine; the fixture above covers the same code in-process
+@pytest.mark.parametrize("recipe, retrieval, lang", [("static-zh", "static-zh", "zh"), ("minilm-food", "minilm-food", "en")])
+def test_the_loop_runs_in_the_documented_commands(recipe, retrieval, lang, tmp_path, capsys, monkeypatch):
+    """bencao data pairs → bencao train embedder --config R train_file=… output_dir=… max_steps=N seed=S →
+    bencao graph index --config RETRIEVAL.yaml embedder.model=DIR, whose JSON says how many texts it embedded."""
+    from bencao.cli import main
+
+    monkeypatch.setenv("BENCAO_CACHE_DIR", str(tmp_path / "usercache"))
+    graph = build_graph(tmp_path / "graph")
+    pairs, model = tmp_path / "pairs", tmp_path / "model"
+    assert main(["data", "pairs", "--graph", str(graph), "--output", str(pairs), "progress=false"]) == 0
+    capsys.readouterr()
+    assert main(["train", "embedder", "--config", f"configs/embed/{recipe}.yaml", f"train_file={pairs / 'train.jsonl'}",
+                 f"output_dir={model}", "max_steps=3", "seed=5"]) == 0
+    record = json.loads((model / "bencao_training.json").read_text(encoding="utf-8"))
+    assert record["global_step"] == 3 and record["hyperparameters"]["seed"] == 5
+    assert max(record["languages"], key=record["languages"].get) == lang
+    assert record["datasets"][1]["path"] == str(pairs / "eval.jsonl") and record["metrics"]["ir_after"]["mrr@10"] >= 0
+    capsys.readouterr()
+    assert main(["graph", "index", "--graph", str(graph), "--config", f"configs/retrieval/{retrieval}.yaml", f"embedder.model={model}"]) == 0
+    out = capsys.readouterr().out
+    summary = json.loads(out[out.index("{"):])
+    assert summary["embedded"] > 100
+    manifest = json.loads((graph / "manifest.json").read_text(encoding="utf-8"))
+    assert [e["languages"] for e in manifest["embedders"].values()] == [[lang]]
