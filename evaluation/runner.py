@@ -3,8 +3,9 @@
 Each answered record is appended (flushed, fsynced) to ``<out>/predictions.jsonl`` under the key
 ``<bench>/<id>``; a restarted run skips the keys already there, so an interrupted run resumes with no
 duplicate and no gap. ``<out>/run.json`` pins what the predictions belong to (system, graph,
-config, benchmark content hashes): resuming with different settings is refused instead of mixing
-two runs. Scores are always recomputed from the whole predictions file.
+config, the graph's store id and write generation, its indexes' configuration and embedder fingerprint,
+benchmark content hashes): resuming with different settings, or on a graph written to or re-indexed
+since, is refused instead of mixing two runs. Scores are always recomputed from the whole predictions file.
 """
 
 from __future__ import annotations
@@ -32,7 +33,25 @@ def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> di
     for k in ("api", "infer", "model_name"):  # other front ends' settings: they do not change a prediction
         cfg.pop(k, None)
     cfg["eval"] = {"seed": config.eval.seed}  # n_resamples, batch_size: scoring/throughput knobs keep predictions valid
-    return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg, "store": _store(graph_dir)}
+    _fingerprint_local_models(cfg)
+    return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg, "store": _store(graph_dir),
+            "index": _index(graph_dir)}
+
+
+def _fingerprint_local_models(value: Any) -> None:
+    """Add ``weights`` (the SHA-256 fingerprint of its weight files) to every LLM block that loads a local
+    model: a generator or selector retrained into the same directory makes other predictions, so a run
+    made with the old weights is not resumed with the new ones. Endpoint models are named by their id."""
+    if isinstance(value, dict):
+        if value.get("backend") in ("local-hf", "vllm") and isinstance(value.get("model"), str) and Path(value["model"]).exists():
+            from bencao.models import model_fingerprint
+
+            value["weights"] = model_fingerprint(value["model"])
+        for sub in value.values():
+            _fingerprint_local_models(sub)
+    elif isinstance(value, list):
+        for sub in value:
+            _fingerprint_local_models(sub)
 
 
 def _store(graph_dir: Path | None) -> dict[str, Any] | None:
@@ -44,6 +63,26 @@ def _store(graph_dir: Path | None) -> dict[str, Any] | None:
 
     with Graph.open(graph_dir, read_only=True) as g:
         return {"id": g.store_id(), "generation": g.generation()}
+
+
+def _index(graph_dir: Path | None) -> dict[str, Any] | None:
+    """What the graph's indexes were built with: their configuration (kinds, dense kinds, embedder) and
+    the fingerprint of the embedder's weights. Re-indexing with a retrained model, or lexical-only
+    instead of hybrid, does not bump the store's generation, yet changes every retrieval: predictions
+    made on the old indexes are refused, not resumed."""
+    if graph_dir is None or not (Path(graph_dir) / "manifest.json").exists():
+        return None
+    m = json.loads((Path(graph_dir) / "manifest.json").read_text(encoding="utf-8"))
+    rec = m.get("indexes") or {}
+    if not rec:
+        return None
+    cfg = dict(rec.get("config") or {})
+    dense = bool(cfg.get("dense_kinds"))
+    emb = (m.get("embedders") or {}).get(rec.get("embedder")) or {}
+    cfg["embedder"] = dict(cfg.get("embedder") or {}, fingerprint=emb.get("fingerprint")) if dense else None  # lexical only: no model
+    for k in ("embed_batch", "shared_cache"):  # throughput and cache placement: the same vectors either way
+        cfg.pop(k, None)
+    return cfg
 
 
 def _flat(value: Any, prefix: str) -> dict[str, Any]:
@@ -69,8 +108,8 @@ def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restar
             (out / name).unlink(missing_ok=True)
     if run_path.exists():
         old = json.loads(run_path.read_text(encoding="utf-8"))
-        for key in ("system", "graph", "config", "store"):
-            if key == "store" and key not in old:  # a run.json written before the store was recorded
+        for key in ("system", "graph", "config", "store", "index"):
+            if key in ("store", "index") and key not in old:  # a run.json written before they were recorded
                 continue
             if old.get(key) != identity[key]:
                 raise BencaoError(f"{out}: holds predictions of another run ({_differences(key, old.get(key), identity[key])}); "

@@ -170,3 +170,52 @@ def test_a_graph_written_to_since_does_not_resume_its_predictions(tmp_path):
         ingest_file(g, "books-txt", book)
     with pytest.raises(BencaoError, match=r"holds predictions of another run \(store.generation was \d+, now \d+\)"):
         evaluate([bench], "random", tmp_path / "g", out, EvalConfig(n_resamples=0), progress=False)
+
+
+def test_a_graph_re_indexed_since_does_not_resume_its_predictions(tmp_path, monkeypatch):
+    """Re-indexing (another embedder, retrained weights, lexical-only instead of hybrid) changes every
+    retrieval without writing to the store: the old predictions are refused, naming what changed."""
+    from retrieval_graphs import LEXICAL_ONLY, build_tcm_graph
+    from test_index_freshness import _minilm_copy, _retrain
+
+    from bencao.retrieval.index import update_indexes
+
+    monkeypatch.setenv("BENCAO_CACHE_DIR", str(tmp_path / "cache"))
+    bench = load_bench(write_bench(tmp_path / "mcq_a.jsonl", 4))
+    build_tcm_graph(tmp_path / "g").close()
+    out = tmp_path / "out"
+    run = lambda: evaluate([bench], "random", tmp_path / "g", out, EvalConfig(n_resamples=0), progress=False)  # noqa: E731
+    run()
+    from bencao.retrieval.graph.store import Graph
+
+    with Graph.open(tmp_path / "g") as g:
+        update_indexes(g, LEXICAL_ONLY)  # the same state again: nothing changed, the run resumes
+    run()
+    model = _minilm_copy(tmp_path / "model")
+    hybrid = dict(LEXICAL_ONLY, dense_kinds=["snippets"], embedder={"model": str(model), "languages": ["zh"]})
+    with Graph.open(tmp_path / "g") as g:
+        update_indexes(g, hybrid)
+    with pytest.raises(BencaoError, match=r"holds predictions of another run \(index.dense_kinds was \[\], now \[\"snippets\"\]"):
+        run()
+    out = tmp_path / "out2"
+    run()  # hybrid, in a fresh --out
+    _retrain(model, seed=1)  # retrained into the same directory, re-indexed
+    with Graph.open(tmp_path / "g") as g:
+        update_indexes(g, hybrid)
+    with pytest.raises(BencaoError, match=r"holds predictions of another run \(index.embedder.fingerprint was"):
+        run()
+
+
+def test_a_local_llm_retrained_into_the_same_directory_does_not_resume_its_predictions(tmp_path, monkeypatch):
+    """A local-hf generator is named by its path in the config; its weights decide the predictions."""
+    from test_index_freshness import _minilm_copy, _retrain
+
+    monkeypatch.setenv("BENCAO_CACHE_DIR", str(tmp_path / "cache"))
+    model = _minilm_copy(tmp_path / "gen")
+    bench = load_bench(write_bench(tmp_path / "mcq_a.jsonl", 4))
+    cfg = load_serve_config(None, ["n_resamples=0", "generator.backend=local-hf", f"generator.model={model}"])
+    evaluate([bench], "random", None, tmp_path / "out", cfg, progress=False)
+    evaluate([bench], "random", None, tmp_path / "out", cfg, progress=False)  # the same weights: resumes
+    _retrain(model, seed=3)
+    with pytest.raises(BencaoError, match=r"holds predictions of another run \(config.generator.weights was"):
+        evaluate([bench], "random", None, tmp_path / "out", cfg, progress=False)
