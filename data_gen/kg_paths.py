@@ -51,7 +51,9 @@ def hub_relations(graph: Graph, fanin: float, named: tuple[str, ...] | list[str]
 class PathFinder:
     def __init__(self, graph: Graph, layers: tuple[str, ...] | None = None, *, hub_degree: int = 0, hub_relation_fanin: float = 0.0,
                  hub_relation_names: tuple[str, ...] | list[str] = ()):
-        import igraph as ig
+        from bencao.igraph_loader import load_igraph
+
+        ig = load_igraph()
 
         self.graph = graph
         self.hub_relations = hub_relations(graph, hub_relation_fanin, hub_relation_names)

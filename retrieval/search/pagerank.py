@@ -47,7 +47,9 @@ def pagerank_arrays(n: int, src: np.ndarray, dst: np.ndarray, w: np.ndarray, dam
 
     ``merged=True`` says the edges are already one per ordered pair without self-loops (the path
     stage's cached view, ``Adjacency.merged_edges_among``), and skips that step."""
-    import igraph as ig
+    from bencao.igraph_loader import load_igraph
+
+    ig = load_igraph()
 
     if n == 0:
         return np.zeros(0)
