@@ -89,7 +89,7 @@ class TripleHit:
     layer: str | None = None
     origin: str | None = None
     score: float = 0.0
-    via: list[str] = field(default_factory=list)  # micro | anchored | path | personal
+    via: list[str] = field(default_factory=list)  # micro | asked | anchored | path | personal
     snippet_ids: list[str] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)
 

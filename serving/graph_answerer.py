@@ -123,6 +123,12 @@ class GraphAnswerer:
         tmpl = self.cfg.relation_templates.get(lang, {}).get(t.relation)
         return tmpl.format(h=t.head, t=t.tail) if tmpl else f"{t.head} —{t.relation}→ {t.tail}"
 
+    @staticmethod
+    def _cite(t: TripleHit, refs: dict[str, int]) -> str:
+        """`` [n]``: the evidence passage the fact was read from, when it is among the references."""
+        n = next((refs[sid] for sid in (t.snippet_ids or []) if sid in refs), None)
+        return f" [{n}]" if n is not None else ""
+
     def path_text(self, p: PathHit, lang: str) -> str:
         labels = self.cfg.relation_labels.get(lang, {})
         out = p.names[0]
@@ -275,8 +281,8 @@ class GraphAnswerer:
                 parts.append(f"{e.name}{w['sep']}{e.description}")
             facts, n_asked = self.order_facts(question, ev, e.id)
             shown = facts[: max(self.cfg.max_sentences, min(n_asked, self.cfg.max_intent_facts))]
-            lines = [f"{self.fact(t, lang)}（{w['confidence']} {t.confidence:.2f}）" if lang == "zh"
-                     else f"{self.fact(t, lang)} ({w['confidence']} {t.confidence:.2f})" for t in shown]
+            lines = [(f"{self.fact(t, lang)}（{w['confidence']} {t.confidence:.2f}）" if lang == "zh"
+                      else f"{self.fact(t, lang)} ({w['confidence']} {t.confidence:.2f})") + self._cite(t, refs) for t in shown]
             parts = lines[: min(n_asked, len(lines))] + parts + lines[min(n_asked, len(lines)):]  # the asked facts before the description
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]

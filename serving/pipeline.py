@@ -242,7 +242,8 @@ class AnswerPipeline:
                         mentions=u.mentions if u is not None else None,
                         dictionary=u is None or self.cfg.understand.mode == "merge" or not u.mentions,
                         planned_paths=p.paths if p is not None else None,
-                        planned_only=p is not None and bool(p.paths) and self.cfg.planner.mode == "instead")
+                        planned_only=p is not None and bool(p.paths) and self.cfg.planner.mode == "instead",
+                        asked_relations=self.graph_answerer.intent_relations(q.question))
             out[i].timings["retrieve_s"] = round(_now() - t, 4)
 
         if answer:

@@ -96,6 +96,20 @@ def test_free_answer_lists_the_asked_relation_first(ask, question, fact):
     assert not res["abstained"] and fact in _first_fact(res["answer"]), res["answer"]
 
 
+def test_the_asked_facts_cite_the_passage_they_were_read_from(graph):
+    """Through the one answering pipeline: the facts the question asks for come with the [n] of their source."""
+    from bencao.serving.pipeline import AnswerPipeline
+
+    pipe = AnswerPipeline(graph.dir, load_serve_config(None, ["retrieval.micro.anchored_triples=2"]))
+    res = pipe.answer_many(["山药的功效是什么？"])[0]
+    line = _first_fact(res["answer"])
+    assert line.startswith("山药的功效：补中益气") and line.endswith("]"), res["answer"]
+    n = int(line.rsplit("[", 1)[1].rstrip("]"))
+    ref = next(r for r in res["references"] if r["n"] == n)
+    source = next(s for s in res["evidence"]["snippets"] if s["id"] == ref["snippet_id"])
+    assert ref["heading"].endswith("山药") and "补中益气" in source["text"]
+
+
 def test_chinese_answers_have_no_english_relation_names(ask):
     text = ask.answer("山药")["answer"]
     assert "has_" not in text and "has flavour" not in text and "confidence" not in text

@@ -67,6 +67,33 @@ def test_anchored_triples_are_the_linked_entities_most_confident(tcm):
     assert tcm.get_triples_by_rowid([]) == {}
 
 
+def test_the_asked_relations_facts_join_even_when_more_confident_facts_fill_the_anchored_budget(tcm):
+    """功效 asks for has_effect: 山药's has_effect fact (0.8) joins although its flavour and nature
+    facts (0.9) fill the anchored budget, ranks above them and brings its source passage first."""
+    cfg = load_retrieval_config(None, ["macro.enabled=false", "paths.enabled=false", "micro.anchored_triples=2", "micro.k_triples=0"])
+    plain = Retriever(tcm, cfg).retrieve("山药的功效")
+    assert "has_effect" not in {t.relation for t in plain.triples}
+    ev = Retriever(tcm, cfg).retrieve("山药的功效", asked_relations=["has_effect", "treats"])
+    assert ev.triples[0].relation == "has_effect" and ev.triples[0].tail == "补中益气" and "asked" in ev.triples[0].via
+    assert ev.triples[0].snippet_ids[0] == ev.snippets[0].id and "补中益气" in ev.snippets[0].text
+    off = load_retrieval_config(None, ["macro.enabled=false", "paths.enabled=false", "micro.anchored_triples=2", "micro.k_triples=0",
+                                       "micro.asked_triples=0"])
+    assert "has_effect" not in {t.relation for t in Retriever(tcm, off).retrieve("山药的功效", asked_relations=["has_effect"]).triples}
+
+
+def test_chinese_question_words_do_not_match_passages_that_ask_something_themselves(tmp_path):
+    """'什么', '的', '是' and the bigrams across them (是什, 效是) are phrasing, not content: a passage
+    that only shares them with the question is not retrieved; a question of nothing else keeps them."""
+    from bencao.retrieval.index.lexical import LexicalIndex, analyze, analyze_query
+
+    texts = ["厥阴有什么含义呢？两阴是什么呢？", "山药，味甘，温。主伤中，补中益气。功效甚大。", "大枣，味甘，平。主心腹邪气。"]
+    ix = LexicalIndex.build([analyze(t) for t in texts], ["asks", "answers", "other"])
+    assert [d for d, _ in ix.search("山药的功效是什么？", 5)] == ["answers"]
+    assert analyze_query("山药的功效是什么？") == ["山药", "功效", "山药", "功效"]
+    assert "何首乌" in analyze_query("何首乌的性味如何")  # 何 alone is no question word
+    assert [d for d, _ in ix.search("什么", 5)] == ["asks"]
+
+
 def test_evidence_json_roundtrip_and_budget(tcm):
     ev = Retriever(tcm).retrieve("山药")
     d = json.loads(json.dumps(ev.to_dict(), ensure_ascii=False))

@@ -68,6 +68,22 @@ def _stopwords() -> frozenset[str]:
 
 
 _QUERY_STOPWORDS = _stopwords()
+
+#: The words a Chinese question is phrased with, not what it asks about: dropped from a query (never
+#: from the indexed text) before it is tokenised, so neither they nor the bigrams across them
+#: (药的, 效是, 是什) match passages that merely ask something themselves (厥阴有什么含义呢). Longest
+#: first; a name holding one of them survives (何首乌: 何 alone is not in the list).
+QUESTION_WORDS_ZH = ("是什么", "为什么", "什么", "哪一项", "哪一个", "哪一种", "哪一些", "哪些", "哪个", "哪种", "哪项", "哪味", "哪一",
+                     "如何", "怎么", "怎样", "是否", "请问", "下列", "以下", "有何", "的是", "吗", "呢", "的")
+_QUESTION_WORDS_RE = re.compile("|".join(sorted(map(re.escape, QUESTION_WORDS_ZH), key=len, reverse=True)))
+
+
+def analyze_query(text: str) -> list[str]:
+    """:func:`analyze` for a query: Chinese question words (:data:`QUESTION_WORDS_ZH`) become breaks first.
+    A query made of nothing else keeps them."""
+    if not has_cjk(text):
+        return analyze(text)
+    return analyze(_QUESTION_WORDS_RE.sub(" ", norm_key(text))) or analyze(text)
 #: Query tokens found in more than this share of an index's documents only rescore the documents
 #: that rarer tokens of the query found (see ``LexicalIndex.search``).
 COMMON_DF = 0.02
@@ -137,7 +153,7 @@ class LexicalIndex:
         return cls(bm25, list(ids))
 
     def scores(self, query: str | list[str]) -> np.ndarray:
-        toks = analyze(query) if isinstance(query, str) else list(query)
+        toks = analyze_query(query) if isinstance(query, str) else list(query)
         vocab = self.bm25.vocab_dict
         toks = [t for t in toks if t in vocab]
         if not toks or not self.ids:
@@ -153,7 +169,7 @@ class LexicalIndex:
         question a few ms."""
         if k <= 0 or not self.ids:
             return []
-        toks = analyze(query) if isinstance(query, str) else list(query)
+        toks = analyze_query(query) if isinstance(query, str) else list(query)
         vocab = self.bm25.vocab_dict
         # English function words ("for", "with") match a large part of an English corpus and rank
         # nothing; they are dropped from the query (bm25s' own English list), unless nothing else is left
@@ -214,7 +230,7 @@ class LexicalIndex:
             pos = self.__dict__["_pos"] = {d: i for i, d in enumerate(self.ids)}
         want = np.array(sorted({pos[i] for i in ids if i in pos}), dtype=np.int64)
         out = {i: 0.0 for i in ids}
-        toks = analyze(query) if isinstance(query, str) else list(query)
+        toks = analyze_query(query) if isinstance(query, str) else list(query)
         vocab = self.bm25.vocab_dict
         content = [t for t in toks if t not in _QUERY_STOPWORDS] or toks
         tids = [vocab[t] for t in content if t in vocab]

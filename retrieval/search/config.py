@@ -29,6 +29,11 @@ class MicroConfig:
     k_triples: int = field(10, help="Nearest triples per query (dense + lexical fused).")
     anchored_triples: int = field(20, help="Triples incident to the linked entities, by confidence.")
     snippets_per_triple: int = field(2, help="Source snippets kept per retrieved triple (triple_sources).")
+    asked_triples: int = field(8, help="Triples of the relations the question asks for (功效 → has_effect, treats; the answerer's "
+                                       "intents table), shared among the linked entities (question and options) like "
+                                       "anchored_triples, most confident first; they rank above the other triples, which an "
+                                       "entity's confident facts of other kinds (a catalogue listing, formulas it is in) "
+                                       "would otherwise crowd out of the evidence. 0 = off.")
     prefer_layers: list[str] = field(default_factory=list,
                                      help="Triple layers recalled first, with their own top-k (TCM-DiffRAG recalls the personalized layer, "
                                           "G_style, before the book graph): e.g. [personal]. Empty = one pass over every layer.")

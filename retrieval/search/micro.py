@@ -1,7 +1,9 @@
 """Micro retrieval (TCM-DiffRAG): query triples → nearest graph triples → the snippets they came from.
 
 Without query triples the question itself is the query. Triples incident to the linked entities
-join as ``anchored`` (most confident first). Each triple brings up to ``snippets_per_triple`` source
+join as ``anchored`` (most confident first); those of the relations the question asks for
+(``asked_relations``, e.g. has_effect for 功效) join first as ``asked``, so an entity with many
+confident facts of other kinds (a catalogue listing, formulas it is in) still shows what was asked. Each triple brings up to ``snippets_per_triple`` source
 snippets through ``triple_sources`` (M1: book snippets; M2: reasoning texts).
 """
 
@@ -17,8 +19,11 @@ from bencao.retrieval.search.fusion import rrf
 
 def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str], *, k_triples: int = 10,
                    anchored_triples: int = 20, snippets_per_triple: int = 2, rrf_k: int = 60,
-                   layers: list[str] | None = None) -> tuple[list[TripleHit], list[SnippetHit]]:
-    """Returns ``(triples, snippets)`` as Evidence hits. ``layers`` keeps only triples of those layers."""
+                   layers: list[str] | None = None, asked_relations: list[str] | tuple[str, ...] = (),
+                   asked_triples: int = 0) -> tuple[list[TripleHit], list[SnippetHit]]:
+    """Returns ``(triples, snippets)`` as Evidence hits. ``layers`` keeps only triples of those layers;
+    ``asked_triples`` of ``asked_relations`` shared among the linked entities (head or tail, most
+    confident first), scored above the fused and anchored ones."""
     ranked: list[list[tuple[str, float]]] = []
     for q in queries:
         if ix is not None:
@@ -30,6 +35,19 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
     for tid, score in fused:
         if tid in found and (layers is None or found[tid]["layer"] in layers):
             triples[tid] = TripleHit.from_row(found[tid], score=round(score, 6), via=["micro"])
+    if asked_relations and asked_triples > 0 and linked_ids:
+        per_asked = max(1, asked_triples // len(linked_ids))
+        for eid in linked_ids:
+            rows = [t for rel in asked_relations for t in g.triples_of(eid, "both", rel)
+                    if layers is None or t["layer"] in layers]
+            rows.sort(key=lambda t: -t["confidence"])
+            for t in rows[:per_asked]:
+                score = round((1.0 + t["confidence"]) / (rrf_k + 1), 6)  # a first-rank fused hit scores 1 / (rrf_k + 1) per list
+                if t["id"] in triples:
+                    triples[t["id"]].via.append("asked")
+                    triples[t["id"]].score = max(triples[t["id"]].score or 0.0, score)
+                else:
+                    triples[t["id"]] = TripleHit.from_row(t, score=score, via=["asked"])
     per_entity = max(1, anchored_triples // max(1, len(linked_ids))) if linked_ids else 0
     # each linked entity's most confident triples, from the cached adjacency (a hub's 10^5 triples
     # are not read to keep a few)
@@ -45,7 +63,7 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
             else:
                 triples[t["id"]] = TripleHit.from_row(t, score=round(t["confidence"] / (rrf_k + 1), 6), via=["anchored"])
     snippets: dict[str, SnippetHit] = {}
-    for rank, t in enumerate(triples.values()):
+    for rank, t in enumerate(sorted(triples.values(), key=lambda t: -(t.score or 0.0))):  # asked facts' passages first
         srcs = g.snippets_of_triple(t.id)[:snippets_per_triple]
         t.snippet_ids = [s["id"] for s in srcs]
         for s in srcs:

@@ -169,7 +169,7 @@ class Retriever:
     # ------------------------------------------------------------------ main
     def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
                  mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
-                 planned_only: bool = False) -> Evidence:
+                 planned_only: bool = False, asked_relations: list[str] | None = None) -> Evidence:
         """Evidence for ``question``.
 
         ``query_triples``: the CoT model's (head, relation, tail) triples, which drive micro retrieval;
@@ -177,7 +177,8 @@ class Retriever:
         ``mentions``: typed mentions from the question-understanding stage, linked before the
         dictionary's (``dictionary=False`` leaves dictionary matching out); ``planned_paths``:
         relation sequences from the path planner, followed beside the mined ones (or instead,
-        ``planned_only``).
+        ``planned_only``); ``asked_relations``: the relations the question asks for (the answering
+        pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``).
         """
         if not isinstance(question, str) or not question.strip():
             raise BencaoError("question is empty")
@@ -210,7 +211,8 @@ class Retriever:
                 triples.update({t.id: t for t in tr})
                 merge_snippets(sn)
             tr, sn = micro_retrieve(self.g, self.ix, queries, linked, k_triples=m.k_triples, anchored_triples=m.anchored_triples,
-                                    snippets_per_triple=m.snippets_per_triple)
+                                    snippets_per_triple=m.snippets_per_triple, asked_relations=asked_relations or (),
+                                    asked_triples=m.asked_triples)
             for t in tr:
                 if t.id not in triples:
                     triples[t.id] = t
