@@ -86,7 +86,6 @@ bench: $(VENV)/.installed-dev
 DEMO_OUT ?= out/train-demo
 DEMO_STEPS ?= 300
 train-demo: $(VENV)/.installed-dev
-	rm -rf $(DEMO_OUT)/graph
 	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(DEMO_OUT)/graph index=false
 	$(BIN)/bencao data pairs --graph $(DEMO_OUT)/graph --output $(DEMO_OUT)/pairs
 	$(BIN)/bencao train embedder --config configs/embed/static-zh.yaml train_file=$(DEMO_OUT)/pairs/train.jsonl \
@@ -95,5 +94,6 @@ train-demo: $(VENV)/.installed-dev
 	$(BIN)/python bench/static_zh.py --graph $(DEMO_OUT)/graph --model $(DEMO_OUT)/static-zh --out $(DEMO_OUT)/eval \
 		$(foreach f,$(wildcard $(DEV)/tcmbench_mcq.jsonl $(DEV)/tcm_best4sdt_sd.jsonl),--bench $(f))
 
+# A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (README "Reliability").
 clean-graph:
-	rm -rf $(GRAPH)
+	rm -rf $(GRAPH) $(dir $(GRAPH)).$(notdir $(GRAPH)).v-* $(dir $(GRAPH)).$(notdir $(GRAPH)).lock
