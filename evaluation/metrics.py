@@ -34,6 +34,11 @@ Definitions (also in the README):
 - ``evidence_contains_gold``: share of records whose retrieved evidence mentions a gold option /
   gold candidate / the reference (after :func:`bencao.text.norm_key`), or, for ``tf``, covers at
   least half of the statement's content words. A retrieval-recall proxy; absent without retrieval.
+- ``evidence_holds_gold_parts`` (mcq, sd): the same, with a gold option that lists several items
+  (肾俞、太溪; 当归，白芍) held when every item is mentioned, each anywhere in the evidence, and a
+  syndrome's classifying suffix (证/证型) not required (脾胃虚寒证 → 脾胃虚寒). Items shorter than two
+  characters are not split off (the option must then occur whole). Never lower than
+  ``evidence_contains_gold``; a lenient reading of retrieval recall, reported beside the strict one.
 - ``abstain_rate`` wherever a system can abstain.
 
 Intervals: percentile bootstrap over records (paired: every metric of a benchmark uses the same
@@ -43,6 +48,7 @@ resamples), ``n_resamples`` draws from ``numpy.random.default_rng(seed)`` — de
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from typing import Any, Iterable
 
@@ -243,6 +249,30 @@ def evidence_contains_gold(rec: dict[str, Any], evidence_text: str) -> bool:
     return any(g and g in ev for g in (norm_key(t) for t in _gold_strings(rec)))
 
 
+_LIST_SEPARATORS = re.compile(r"[、，,；;/]")  # punctuation only: 和 and 与 occur inside terms (和胃降逆)
+_SYNDROME_SUFFIX = re.compile(r"(证型|证候|证)$")
+
+
+def gold_parts(text: str) -> list[str]:
+    """The items a gold option is held by: its list items, a syndrome without its 证/证型 suffix."""
+    key = norm_key(text)
+    items = [x for x in (_SYNDROME_SUFFIX.sub("", part) for part in _LIST_SEPARATORS.split(key)) if x]
+    if not items or any(len(x) < 2 for x in items):
+        stripped = _SYNDROME_SUFFIX.sub("", key)
+        return [stripped if len(stripped) >= 2 else key]
+    return items
+
+
+def evidence_holds_gold_parts(rec: dict[str, Any], evidence_text: str) -> bool | None:
+    """Lenient :func:`evidence_contains_gold` for option tasks (see the module docstring); None for others."""
+    if rec["task"] not in ("mcq", "sd"):
+        return None
+    ev = norm_key(evidence_text or "")
+    if not ev:
+        return False
+    return any(all(p in ev for p in gold_parts(g)) for g in _gold_strings(rec) if g)
+
+
 def _gold_strings(rec: dict[str, Any]) -> list[str]:
     from bencao.evaluation.bench_format import gold_texts
 
@@ -258,7 +288,7 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | None], answers: bool,
-                   ctx: list[dict[str, Any] | None]) -> dict[str, Any]:
+                   ctx: list[dict[str, Any] | None], parts: list[bool | None] | None = None) -> dict[str, Any]:
     """metric name → function(index matrix (B, n)) → values (B,). Index matrix of one row = the data."""
     col = lambda key: np.array([r[key] for r in rows], dtype=float)  # noqa: E731
     fns: dict[str, Any] = {}
@@ -308,6 +338,9 @@ def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | Non
     if known.any():
         hits = np.array([float(e) if e is not None else 0.0 for e in ev])
         fns["evidence_contains_gold"] = ratio_of(hits, known)
+    known_parts = np.array([e is not None for e in (parts or [])], dtype=float)
+    if known_parts.any():
+        fns["evidence_holds_gold_parts"] = ratio_of(np.array([float(e) if e is not None else 0.0 for e in parts]), known_parts)
     for key in sorted({k for c in ctx for k in (c or {}) if k.startswith(("context_", "judge_context_"))}):
         have = np.array([float(c is not None and c.get(key) is not None) for c in ctx])
         vals = np.array([float(c[key]) if c is not None and c.get(key) is not None else 0.0 for c in ctx])
@@ -352,6 +385,7 @@ def aggregate(
     n_resamples: int = 1000,
     seed: int = 0,
     by_source: bool = True,
+    evidence_parts: list[bool | None] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one benchmark: ``{"task", "n", <metric>: value, ..., "ci95": {...}, "by_source": {...}}``.
 
@@ -364,7 +398,8 @@ def aggregate(
     ev = list(evidence_hits) if evidence_hits is not None else [None] * len(records)
     ctx = list(context_scores) if context_scores is not None else [None] * len(records)
     rows = [score_record(r, p) for r, p in zip(records, preds)]
-    fns = _metric_arrays(task, rows, ev, answers, ctx)
+    parts = list(evidence_parts) if evidence_parts is not None else [None] * len(records)
+    fns = _metric_arrays(task, rows, ev, answers, ctx, parts)
     n = len(records)
     out: dict[str, Any] = {"task": task, "n": n}
     full = np.arange(n)[None, :]
@@ -388,6 +423,6 @@ def aggregate(
             out["by_source"] = {}
             for src, ids in sorted(groups.items()):
                 sub = aggregate([records[i] for i in ids], [preds[i] for i in ids], [ev[i] for i in ids], [ctx[i] for i in ids],
-                                answers=answers, n_resamples=0, by_source=False)
+                                answers=answers, n_resamples=0, by_source=False, evidence_parts=[parts[i] for i in ids])
                 out["by_source"][src] = sub
     return out

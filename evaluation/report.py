@@ -14,8 +14,8 @@ REPORT = "report.md"
 
 #: Column order of each task's table.
 COLUMNS = {
-    "mcq": ["accuracy", "abstain_rate", "evidence_contains_gold"],
-    "sd": ["top1", "top3", "top5", "accuracy", "abstain_rate", "evidence_contains_gold"],
+    "mcq": ["accuracy", "abstain_rate", "evidence_contains_gold", "evidence_holds_gold_parts"],
+    "sd": ["top1", "top3", "top5", "accuracy", "abstain_rate", "evidence_contains_gold", "evidence_holds_gold_parts"],
     "tf": ["accuracy", "abstain_rate", "evidence_contains_gold"],
     "el": ["acc_at_1", "acc_at_1_first_pass", "abstain_rate", "retry_rate", "synonym_rate", "acc_at_1_answered"],
     "rec": ["hits_at_1", "precision", "recall", "f1", "f1_macro", "evidence_contains_gold"],

@@ -19,7 +19,7 @@ from typing import Any
 from bencao.errors import BencaoError
 from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
-from bencao.evaluation.metrics import aggregate, evidence_contains_gold
+from bencao.evaluation.metrics import aggregate, evidence_contains_gold, evidence_holds_gold_parts
 from bencao.evaluation.systems import EvalConfig, make_system
 from bencao.io import JsonlAppender, atomic_write_json, file_hash
 
@@ -202,6 +202,7 @@ def run_predictions(
                         counts["failed"] += 1
                         continue
                     ev_hit = None if o.evidence_text is None else evidence_contains_gold(r, o.evidence_text)
+                    ev_parts = None if o.evidence_text is None else evidence_holds_gold_parts(r, o.evidence_text)
                     if r["task"] == "el":
                         ev_hit = None
                     key = f"{b.name}/{r['id']}"
@@ -209,6 +210,7 @@ def run_predictions(
                         "key": key, "bench": b.name, "id": r["id"], "task": r["task"],
                         "source": r.get("source"), "system": system_name, "prediction": o.prediction,
                         "evidence": o.evidence_ids, "evidence_contains_gold": ev_hit,
+                        **({"evidence_holds_gold_parts": ev_parts} if ev_parts is not None else {}),
                         "elapsed_s": round(elapsed, 4), **extra, **({"extra": o.extra} if o.extra else {}),
                         **({"leaked": True, "leak_match": leaked[key]} if key in leaked else {}),
                     })
@@ -238,7 +240,7 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
     preds = read_predictions(out)
     metrics: dict[str, Any] = {}
     for b in benches:
-        recs, ps, ev, ctx = [], [], [], []
+        recs, ps, ev, ctx, parts = [], [], [], [], []
         n_leaked = 0
         for r in b.records:
             p = preds.get(f"{b.name}/{r['id']}")
@@ -248,11 +250,13 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
             recs.append(r)
             ps.append(p["prediction"])
             ev.append(p.get("evidence_contains_gold"))
+            parts.append(p.get("evidence_holds_gold_parts"))
             ctx.append(p.get("context"))
         if not recs:
             continue
         answers = any(p is not None for p in ps)
-        m = aggregate(recs, ps, ev, ctx, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed)
+        m = aggregate(recs, ps, ev, ctx, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed,
+                      evidence_parts=parts)
         missing = len(b.records) - len(recs)
         if missing:
             m["missing"] = missing

@@ -71,8 +71,9 @@ def test_retrieval_system_reports_evidence_and_links(small_graph, bench_files, t
     out = tmp_path / "retrieval"
     m = _run(bench_files, small_graph, out, "retrieval", capsys)
     assert set(m) == set(BENCHES)
-    assert set(m["herb_mcq"]) == {"task", "n", "evidence_contains_gold", "ci95", "context_precision", "context_recall",
-                                  "context_entity_recall"}  # evidence only (and its context metrics), no answers
+    assert set(m["herb_mcq"]) == {"task", "n", "evidence_contains_gold", "evidence_holds_gold_parts", "ci95", "context_precision",
+                                  "context_recall", "context_entity_recall"}  # evidence only (and its context metrics), no answers
+    assert m["herb_mcq"]["evidence_holds_gold_parts"] >= m["herb_mcq"]["evidence_contains_gold"]
     preds = {json.loads(line)["key"]: json.loads(line) for line in (out / "predictions.jsonl").read_text(encoding="utf-8").splitlines()}
     assert len(preds) == 8
     ren = preds["herb_mcq/m1"]

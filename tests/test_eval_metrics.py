@@ -168,3 +168,21 @@ def test_free_text_bleu_and_chrf_with_sacrebleu():
     assert perfect["bleu"] == pytest.approx(100.0) and perfect["chrf"] == pytest.approx(100.0)
     empty = aggregate(recs, [{"text": ""}, None], n_resamples=0)
     assert empty["bleu"] == 0.0 and empty["chrf"] == 0.0 and empty["abstain_rate"] == 1.0
+
+
+def test_evidence_holds_gold_parts_reads_list_options_and_syndromes_leniently():
+    """A list option is held item by item, a syndrome without its 证/证型; never below the strict metric."""
+    from bencao.evaluation.metrics import aggregate, evidence_contains_gold, evidence_holds_gold_parts, gold_parts
+
+    assert gold_parts("肾俞、太溪") == ["肾俞", "太溪"] and gold_parts("脾胃虚寒证") == ["脾胃虚寒"]
+    assert gold_parts("和胃降逆") == ["和胃降逆"] and gold_parts("寒证") == ["寒证"]  # no split inside a term; no 1-character item
+    recs = [{"id": "a", "task": "mcq", "options": {"A": "肾俞、太溪", "B": "关元"}, "answer": ["A"]},
+            {"id": "b", "task": "mcq", "options": {"A": "脾胃虚寒证", "B": "肝郁气滞证"}, "answer": ["A"]},
+            {"id": "c", "task": "mcq", "options": {"A": "肾俞、太溪", "B": "关元"}, "answer": ["A"]}]
+    texts = ["针太溪，灸肾俞。", "此乃脾胃虚寒，宜温中。", "针太溪。"]
+    strict = [evidence_contains_gold(r, t) for r, t in zip(recs, texts)]
+    parts = [evidence_holds_gold_parts(r, t) for r, t in zip(recs, texts)]
+    assert strict == [False, False, False] and parts == [True, True, False]
+    assert evidence_holds_gold_parts({"id": "t", "task": "tf", "statement": "x", "answer": True}, "x") is None
+    m = aggregate(recs, [None] * 3, strict, evidence_parts=parts, answers=False, n_resamples=0)
+    assert m["evidence_contains_gold"] == 0.0 and m["evidence_holds_gold_parts"] == pytest.approx(2 / 3)
