@@ -1,6 +1,6 @@
 """Does a free-text answer state what was asked, and say where it was read?
 
-    python bench/asked_facts.py --graph /work/graphs/classics-full --n 100 --config configs/serving/classics.yaml
+    python bench/asked_facts.py --graph graphs/classics --n 100 --config configs/serving/classics.yaml
 
 Samples ``--n`` entities (seeded) that have at least one triple of each asked relation family below
 and asks, through the one answering pipeline (LLM-free), three questions about each, in the phrasing

@@ -1,7 +1,7 @@
 """Cold start and serving memory of a graph: a fresh `bencao ask` process from start to its first
 LLM-free answer, and a `bencao serve` process after it answered a question set over HTTP.
 
-    python bench/cold_start.py --graph /work/graphs/classics-full --runs 3 \\
+    python bench/cold_start.py --graph graphs/classics --runs 3 \\
         --question "山药的功效是什么？" --questions ../shared/data/dev/tcmbench_mcq.jsonl --serve-n 50
 
 Each `ask` run is a new interpreter (imports included) timed from spawn to exit; its peak RSS is the

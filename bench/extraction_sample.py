@@ -1,6 +1,6 @@
 """Draw a random sample of pattern-extracted triples per relation family from a built graph, to judge.
 
-    .venv/bin/python bench/extraction_sample.py --graph /work/graphs/classics --n 200 --seed 7 --out bench/extraction_precision
+    .venv/bin/python bench/extraction_sample.py --graph graphs/classics --n 200 --seed 7 --out bench/extraction_precision
 
 Writes one JSONL file per family (``<out>/<family>.jsonl``) with, per sampled triple: the family,
 head, relation, tail, triple attributes (a formula ingredient's dose), book, section path,
