@@ -238,7 +238,16 @@ def score_record(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, 
 
 def evidence_contains_gold(rec: dict[str, Any], evidence_text: str) -> bool:
     """Does the evidence mention the gold answer? (see the module docstring)"""
+    return _contains_gold(rec, norm_key(evidence_text or ""))
+
+
+def evidence_recall(rec: dict[str, Any], evidence_text: str) -> tuple[bool, bool | None]:
+    """``(evidence_contains_gold, evidence_holds_gold_parts)``, the evidence normalised once."""
     ev = norm_key(evidence_text or "")
+    return _contains_gold(rec, ev), _holds_gold_parts(rec, ev)
+
+
+def _contains_gold(rec: dict[str, Any], ev: str) -> bool:
     if not ev:
         return False
     if rec["task"] == "tf":
@@ -265,9 +274,12 @@ def gold_parts(text: str) -> list[str]:
 
 def evidence_holds_gold_parts(rec: dict[str, Any], evidence_text: str) -> bool | None:
     """Lenient :func:`evidence_contains_gold` for option tasks (see the module docstring); None for others."""
+    return _holds_gold_parts(rec, norm_key(evidence_text or ""))
+
+
+def _holds_gold_parts(rec: dict[str, Any], ev: str) -> bool | None:
     if rec["task"] not in ("mcq", "sd"):
         return None
-    ev = norm_key(evidence_text or "")
     if not ev:
         return False
     return any(all(p in ev for p in gold_parts(g)) for g in _gold_strings(rec) if g)

@@ -19,7 +19,7 @@ from typing import Any
 from bencao.errors import BencaoError
 from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
-from bencao.evaluation.metrics import aggregate, evidence_contains_gold, evidence_holds_gold_parts
+from bencao.evaluation.metrics import aggregate, evidence_recall
 from bencao.evaluation.systems import EvalConfig, make_system
 from bencao.io import JsonlAppender, atomic_write_json, file_hash
 
@@ -201,8 +201,7 @@ def run_predictions(
                     if isinstance(o, Exception):  # a failed request (e.g. an LLM timeout): retried on resume
                         counts["failed"] += 1
                         continue
-                    ev_hit = None if o.evidence_text is None else evidence_contains_gold(r, o.evidence_text)
-                    ev_parts = None if o.evidence_text is None else evidence_holds_gold_parts(r, o.evidence_text)
+                    ev_hit, ev_parts = (None, None) if o.evidence_text is None else evidence_recall(r, o.evidence_text)
                     if r["task"] == "el":
                         ev_hit = None
                     key = f"{b.name}/{r['id']}"

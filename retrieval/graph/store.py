@@ -618,17 +618,27 @@ class Graph:
         for r in self.conn.execute(sql, args):
             yield _row(r, json_cols=("attributes",))
 
-    def triples_of(self, entity_id: str, direction: str = "both", relation: str | None = None) -> list[dict[str, Any]]:
-        """Triples in which the entity is head (``out``), tail (``in``) or either (``both``)."""
+    def triples_of(self, entity_id: str, direction: str = "both", relation: str | None = None,
+                   limit: int | None = None) -> list[dict[str, Any]]:
+        """Triples in which the entity is head (``out``), tail (``in``) or either (``both``), most confident
+        first; ``limit``: at most that many."""
+        if direction not in ("out", "in", "both"):
+            raise ValueError(f"direction must be out, in or both, not {direction!r}")
+        rels = [relation] if relation else []
+        # one indexed search per side, (head_id, relation) and (tail_id, relation): an OR of the two sides
+        # with a relation lets SQLite pick the relation index and scan every triple of that relation
+        # (~20 ms on the corpus graph, against well under 1 ms)
         parts, args = [], []
-        if direction in ("out", "both"):
-            parts.append("t.head_id=?"); args.append(entity_id)  # noqa: E702
-        if direction in ("in", "both"):
-            parts.append("t.tail_id=?"); args.append(entity_id)  # noqa: E702
-        sql = _TRIPLE_SELECT + " WHERE (" + " OR ".join(parts) + ")"
-        if relation:
-            sql += " AND t.relation=?"; args.append(relation)  # noqa: E702
-        return [_row(r, json_cols=("attributes",)) for r in self.conn.execute(sql + " ORDER BY t.confidence DESC, t.rowid", args)]
+        for side, col in (("out", "head_id"), ("in", "tail_id")):
+            if direction in (side, "both"):
+                cond = f"{col}=?" + (" AND relation=?" if rels else "")
+                parts.append(f"SELECT rowid AS rid, confidence FROM triples WHERE {cond}")
+                args += [entity_id, *rels]
+        inner = " UNION ".join(parts) + " ORDER BY confidence DESC, rid" + (" LIMIT ?" if limit is not None else "")
+        if limit is not None:
+            args.append(int(limit))
+        sql = _TRIPLE_SELECT + f" WHERE t.rowid IN (SELECT rid FROM ({inner})) ORDER BY t.confidence DESC, t.rowid"
+        return [_row(r, json_cols=("attributes",)) for r in self.conn.execute(sql, args)]
 
     def neighbours(self, entity_id: str, direction: str = "both") -> list[str]:
         ids: list[str] = []

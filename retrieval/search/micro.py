@@ -38,9 +38,9 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
     if asked_relations and asked_triples > 0 and linked_ids:
         per_asked = max(1, asked_triples // len(linked_ids))
         for eid in linked_ids:
-            rows = [t for rel in asked_relations for t in g.triples_of(eid, "both", rel)
+            rows = [t for rel in asked_relations for t in g.triples_of(eid, "both", rel, limit=per_asked if layers is None else None)
                     if layers is None or t["layer"] in layers]
-            rows.sort(key=lambda t: -t["confidence"])
+            rows.sort(key=lambda t: -t["confidence"])  # stable: ties keep the asked relations' order (功效: has_effect first)
             for t in rows[:per_asked]:
                 score = round((1.0 + t["confidence"]) / (rrf_k + 1), 6)  # a first-rank fused hit scores 1 / (rrf_k + 1) per list
                 if t["id"] in triples:
