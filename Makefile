@@ -1,35 +1,50 @@
-# `make demo` and `make test` each create .venv when missing, install torch 2.13.0 (CPU) first when
-# no torch is present, then install the project with what the target needs.
+# `make demo` and `make test` each create .venv when missing and install from the committed lock
+# (requirements/lock.txt, every dependency of every extra pinned; `make lock` regenerates it). The lock is
+# applied as pip constraints: torch is installed first at the lock's version (2.13.0: the CPU build on these
+# machines), then the project with the extras the target needs, every package at its locked version.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 GRAPH ?= graphs/sample
+LOCK ?= requirements/lock.txt
+PIP_VERSION ?= 25.3
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
-# Keep every later pip call from replacing the CPU torch with a CUDA build.
-CONSTRAINTS := $(VENV)/constraints.txt
 
-.PHONY: demo test test-all eval eval-corpus bench train-demo venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval eval-corpus bench train-demo venv install-core install-dev clean-graph
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "pip==$(PIP_VERSION)"
+	$(BIN)/python -m pip install -q -c $(LOCK) torch
 
-$(CONSTRAINTS): $(BIN)/python
-	@if ! $(BIN)/python -c "import torch" 2>/dev/null; then $(BIN)/pip install -q "torch==2.13.0"; fi
-	$(BIN)/python -c "import torch; print(f'torch=={torch.__version__.split(\"+\")[0]}')" > $(CONSTRAINTS)
+venv: $(BIN)/python
 
-venv: $(CONSTRAINTS)
-
-$(VENV)/.installed-core: $(CONSTRAINTS) pyproject.toml
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[serve]"
+$(VENV)/.installed-core: $(BIN)/python $(LOCK) pyproject.toml
+	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[serve]"
 	@touch $@
 
-$(VENV)/.installed-dev: $(CONSTRAINTS) pyproject.toml
-	$(BIN)/pip install -q -c $(CONSTRAINTS) -e ".[dev]"
+$(VENV)/.installed-dev: $(BIN)/python $(LOCK) pyproject.toml
+	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[dev]"
 	@touch $@ $(VENV)/.installed-core
+
+# Regenerate the lock from pyproject.toml and requirements/constraints.in (needs PyPI), then run `make test`.
+lock: $(VENV)/.installed-dev
+	$(BIN)/python -m uv pip compile pyproject.toml --extra dev --universal --python-version 3.11 \
+		-c requirements/constraints.in -o $(LOCK)
+
+# The newest releases inside pyproject's ranges, in a separate venv, with the suite run on them: drift seen on
+# purpose. Not part of CI; the report names every package whose version differs from the lock.
+LATEST_VENV ?= .venv-latest
+test-latest:
+	test -x $(LATEST_VENV)/bin/python || $(PY) -m venv $(LATEST_VENV)
+	$(LATEST_VENV)/bin/python -m pip install -q "pip==$(PIP_VERSION)"
+	$(LATEST_VENV)/bin/python -m pip install -q "torch==2.13.0"
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]"
+	$(LATEST_VENV)/bin/python -m bencao.lockcheck --lock $(LOCK) --report || true
+	BENCAO_UNLOCKED=1 $(LATEST_VENV)/bin/python -m pytest -q
 
 demo: $(VENV)/.installed-core
 	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
