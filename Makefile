@@ -46,8 +46,11 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m bencao.lockcheck --lock $(LOCK) --report || true
 	BENCAO_UNLOCKED=1 $(LATEST_VENV)/bin/python -m pytest -q
 
+# The five-minute tour: the sample graph with lexical indexes (BM25 + alias tables: about a minute on 2 cores;
+# DEMO_INDEX=retrieval/default adds MiniLM vectors for English items, ~10 min more the first time), then questions.
+DEMO_INDEX ?= retrieval/lexical
 demo: $(VENV)/.installed-core
-	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
+	$(BIN)/bencao graph build --config graph/sample --graph $(GRAPH) index_config=$(DEMO_INDEX)
 	$(BIN)/bencao graph stats --graph $(GRAPH)
 	$(BIN)/bencao ask --graph $(GRAPH) "山药有什么功效？"
 	$(BIN)/bencao ask --graph $(GRAPH) "大棗的性味是什麼？"
@@ -64,9 +67,9 @@ test-all: $(VENV)/.installed-dev
 DEV ?= ../shared/data/dev
 EVAL_SYSTEM ?= llm-free
 EVAL_OUT ?= out/eval
-EVAL_CONFIG ?= configs/serving/default.yaml
+EVAL_CONFIG ?= serving/default
 eval: $(VENV)/.installed-dev
-	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(GRAPH)
+	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
 	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
 		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --config $(EVAL_CONFIG) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
 	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
@@ -80,12 +83,12 @@ CORPUS ?= ../shared/data/corpus/tcm_ancient_books
 CORPUS_GRAPH ?= graphs/classics
 CORPUS_OUT ?= out/eval-corpus
 CORPUS_BENCH ?= $(DEV)/tcmbench_mcq.jsonl $(DEV)/cmmlu_traditional_chinese_medicine.jsonl $(DEV)/tcm_best4sdt_sd.jsonl
-CORPUS_EVAL_CONFIG ?= configs/serving/classics.yaml
+CORPUS_EVAL_CONFIG ?= serving/classics
 LIMIT ?=
 RESTART ?=
 eval-corpus: $(VENV)/.installed-dev
 	@test -d "$(CORPUS)" || { echo "error: CORPUS=$(CORPUS): no such folder (a local copy of TCM-Ancient-Books, see README)" >&2; exit 2; }
-	$(BIN)/bencao graph build --config configs/graph/classics.yaml --graph $(CORPUS_GRAPH) root=$(CORPUS) --skip-current
+	$(BIN)/bencao graph build --config graph/classics --graph $(CORPUS_GRAPH) root=$(CORPUS) --skip-current
 	$(BIN)/bencao eval $(foreach f,$(CORPUS_BENCH),--bench $(f)) --graph $(CORPUS_GRAPH) --config $(CORPUS_EVAL_CONFIG) \
 		--system llm-free --out $(CORPUS_OUT) $(if $(LIMIT),--limit $(LIMIT)) $(if $(RESTART),--restart)
 
@@ -101,11 +104,11 @@ bench: $(VENV)/.installed-dev
 DEMO_OUT ?= out/train-demo
 DEMO_STEPS ?= 300
 train-demo: $(VENV)/.installed-dev
-	$(BIN)/bencao graph build --config configs/graph/sample.yaml --graph $(DEMO_OUT)/graph index=false
+	$(BIN)/bencao graph build --config graph/sample --graph $(DEMO_OUT)/graph index=false
 	$(BIN)/bencao data pairs --graph $(DEMO_OUT)/graph --output $(DEMO_OUT)/pairs
-	$(BIN)/bencao train embedder --config configs/embed/static-zh.yaml train_file=$(DEMO_OUT)/pairs/train.jsonl \
+	$(BIN)/bencao train embedder --config embed/static-zh train_file=$(DEMO_OUT)/pairs/train.jsonl \
 		output_dir=$(DEMO_OUT)/static-zh max_steps=$(DEMO_STEPS) seed=0 disable_tqdm=true
-	$(BIN)/bencao graph index --graph $(DEMO_OUT)/graph --config configs/retrieval/static-zh.yaml embedder.model=$(DEMO_OUT)/static-zh
+	$(BIN)/bencao graph index --graph $(DEMO_OUT)/graph --config retrieval/static-zh embedder.model=$(DEMO_OUT)/static-zh
 	$(BIN)/python bench/static_zh.py --graph $(DEMO_OUT)/graph --model $(DEMO_OUT)/static-zh --out $(DEMO_OUT)/eval \
 		$(foreach f,$(wildcard $(DEV)/tcmbench_mcq.jsonl $(DEV)/tcm_best4sdt_sd.jsonl),--bench $(f))
 

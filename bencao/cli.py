@@ -24,8 +24,18 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from bencao import __version__
+
+        typer.echo(f"bencao {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages.")) -> None:
+def _root(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug messages."),
+          version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
+                                       help="Print the bencao version and exit.")) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -46,6 +56,7 @@ COMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("bencao.data_gen.cli", "data_app", "data"),  # data extract|cot|pairs|negatives
     ("bencao.training.cli", "train_app", "train"),  # train sft|embedder|plan
     ("bencao.training.cli", "export_app", None),  # export
+    ("bencao.cli_recipes", "recipes_app", "recipes"),  # recipes list|show
 )
 
 

@@ -27,10 +27,22 @@ def field(default: Any = dataclasses.MISSING, *, help: str, default_factory: Any
     return dataclasses.field(default=default, metadata={"help": help})
 
 
+def resolve_config_path(path: str | Path) -> Path:
+    """A YAML path as given when it exists, else the shipped recipe of that name (``graph/sample``,
+    ``configs/graph/sample.yaml``: see :mod:`bencao.recipes`); ConfigError when neither exists."""
+    p = Path(path).expanduser()
+    if p.exists():
+        return p
+    from bencao.recipes import find, not_found
+
+    hit = find(path)
+    if hit is None:
+        raise ConfigError(not_found(str(path)))
+    return hit
+
+
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
+    path = resolve_config_path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -166,6 +178,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> T:
     """Read ``path`` (may be None for all defaults), apply overrides and build ``cls``."""
+    path = resolve_config_path(path) if path else None
     data = read_yaml(path) if path else {}
     data = apply_overrides(data, list(overrides))
     return from_dict(cls, data, where=str(path) if path else "config")

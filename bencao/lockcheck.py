@@ -17,7 +17,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 #: Installer tooling that the lock does not pin (the Makefile pins pip itself).
-UNPINNED = frozenset({"pip", "setuptools", "wheel", "bencao"})
+UNPINNED = frozenset({"pip", "bencao"})
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,12 @@ A build writes into a temporary directory beside the target and swaps it in only
 has been ingested, with one atomic rename of a symlink (``DIR -> .DIR.v-<stamp>``), so a failed or
 killed build leaves the previous graph intact and its leftovers are removed by the next run.
 
-Paths in a recipe: a source path (or the ``mapping`` option, or ``index_config``) that starts with
-``repo:`` names a file of the bencao checkout (``repo``, by default two folders above the recipe:
-the bundled sample data, shipped configs); any other relative path resolves against ``root``. In the
-YAML, ``root`` is relative to the recipe's folder; given on the command line (``root=PATH``) it is
-relative to the current directory, so ``root=../corpus`` means what the shell means by it.
+Paths in a recipe: a source path (or the ``mapping`` option, ``index_config`` or ``root``) that starts
+with ``repo:`` names a file bencao ships (the bundled sample data ``repo:data/sample/...``, shipped
+configs ``repo:configs/...``), in a checkout and an installed wheel alike, so a copied recipe keeps
+working; any other relative path resolves against ``root``. In the YAML, ``root`` is relative to the
+recipe's folder; given on the command line (``root=PATH``) it is relative to the current directory,
+so ``root=../corpus`` means what the shell means by it.
 
 A build records a key of everything its store derives from (:func:`build_key`: the recipe's settings,
 the bytes of every source file, bencao's ingestion code) with the store's id and write generation,
@@ -38,7 +39,7 @@ from bencao.retrieval.graph.versions import building_dir, install, managed_path,
 @dataclass
 class SourceConfig:
     format: str = field(help="Loader format name (see `bencao graph formats`).")
-    path: str = field(help="File path or glob, relative to the recipe's `root`; `repo:PATH` is relative to `repo` (the bencao checkout).")
+    path: str = field(help="File path or glob, relative to the recipe's `root`; `repo:PATH` names a file bencao ships (e.g. repo:data/sample/...).")
     options: dict[str, Any] = field(default_factory=dict, help="Loader options (e.g. max_tokens, materia_medica, mapping).")
     title: str | None = field(None, help="Document title; defaults to the file name (books use their own title).")
     licence: str | None = field(None, help="Licence recorded on the document.")
@@ -48,10 +49,10 @@ class SourceConfig:
 class GraphBuildConfig:
     sources: list[SourceConfig] = field(help="Inputs, ingested in this order (curated sources first so books resolve to their entities).")
     name: str = field("graph", help="Name recorded in the manifest.")
-    root: str = field(".", help="Directory that relative source paths resolve against: relative to this YAML file, or to the current directory when given on the command line (root=PATH).")
-    repo: str = field("../..", help="The bencao checkout that `repo:` paths (bundled data, shipped configs) resolve against, relative to this YAML file.")
+    root: str = field(".", help="Directory that relative source paths resolve against: relative to this YAML file, or to the current directory when given on the command line (root=PATH); `repo:PATH` names a folder bencao ships.")
+    repo: str | None = field(None, help="Where `repo:` paths resolve: empty = the files this bencao ships (its configs/ and data/, in a checkout or an installed wheel); a folder relative to this YAML file otherwise.")
     index: bool = field(True, help="Build the retrieval indexes after ingestion.")
-    index_config: str | None = field(None, help="Index/retrieval YAML (relative to `root`, or `repo:PATH`); the built-in defaults when empty.")
+    index_config: str | None = field(None, help="Index/retrieval recipe: a shipped name (retrieval/default), `repo:PATH`, or a path relative to `root`; the built-in defaults when empty.")
     options: dict[str, dict[str, Any]] = field(default_factory=dict, help="Loader options by format, applied to every source of that format "
                                                                           "over its own (e.g. options.books-txt.families=all on the command line).")
 
@@ -73,13 +74,20 @@ def load_build_config(path: str | Path, overrides: list[str] | tuple[str, ...] =
 
     ``cfg.repo`` comes back absolute, so later steps resolve ``repo:`` paths without the recipe's location.
     """
+    from bencao.config import resolve_config_path
+    from bencao.recipes import package_root
+
+    path = resolve_config_path(path)
     cfg = load_config(GraphBuildConfig, path, overrides)
-    here = Path(path).resolve().parent
+    here = path.resolve().parent
+    cfg.repo = str((here / cfg.repo).resolve() if cfg.repo else package_root())
     root_on_cli = any(str(o).split("=", 1)[0].strip() == "root" for o in overrides)
-    root = ((Path.cwd() if root_on_cli else here) / cfg.root).resolve()
+    if cfg.root.startswith(REPO_PREFIX):
+        root = (Path(cfg.repo) / cfg.root[len(REPO_PREFIX):]).resolve()
+    else:
+        root = ((Path.cwd() if root_on_cli else here) / cfg.root).resolve()
     if root_on_cli and not root.is_dir():
         raise ConfigError(f"root={cfg.root}: no such folder ({root})")
-    cfg.repo = str((here / cfg.repo).resolve())
     return cfg, root
 
 
@@ -216,7 +224,7 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
                              **({"books": books} if books else {}))
             fault("build.ingested")
             if cfg.index:
-                _build_indexes(g, cfg, root)
+                _build_indexes(g, cfg, root, progress)
             g.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             fault("build.indexed")
         finally:
@@ -237,14 +245,21 @@ def _book_report(g: Graph, graph_dir: Path) -> dict[str, Any] | None:
     return write_book_report(g.documents(), graph_dir)
 
 
-def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path) -> None:
+def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path, progress: ProgressFn | None = None) -> None:
     """Build retrieval indexes when the retrieval index module is present."""
     try:
         from bencao.retrieval.index import update_indexes
     except ImportError:
         return
-    index_cfg = str(resolve_path(cfg.index_config, root, cfg.repo)) if cfg.index_config else None
-    update_indexes(g, index_cfg)
+    index_cfg = None
+    if cfg.index_config:
+        p = resolve_path(cfg.index_config, root, cfg.repo)
+        if not p.exists():  # a shipped recipe's name (retrieval/default)
+            from bencao.recipes import find
+
+            p = find(cfg.index_config) or p
+        index_cfg = str(p)
+    update_indexes(g, index_cfg, progress=(lambda kind, i, n: progress(f"index {kind}", i, n)) if progress else None)
 
 
 def _swap_in(tmp: Path, target: Path) -> None:

@@ -36,20 +36,13 @@ def build(
     overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides of the recipe, e.g. index=false."),
 ) -> None:
     """Build a graph from a recipe into DIR. The old graph is replaced only when the build succeeds."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
+    from bencao.progress import StepProgress
     from bencao.retrieval.build import build_graph, load_build_config
 
     cfg, root = load_build_config(config, overrides or [])
     if no_index:
         cfg.index = False
-    with Progress(TextColumn("[bold]ingest[/] {task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=_console(), transient=True) as prog:
-        task = prog.add_task("", total=len(cfg.sources))
-
-        def on_progress(name: str, i: int, n: int) -> None:
-            prog.update(task, description=name, completed=i, total=n)
-
+    with StepProgress("build") as on_progress:  # a bar on a terminal, plain lines in logs
         result = build_graph(cfg, root, graph, progress=on_progress, skip_current=skip_current)
     s = result["stats"]
     if result.get("skipped"):

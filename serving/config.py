@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bencao.config import apply_overrides, field, from_dict, read_yaml
+from bencao.config import apply_overrides, field, from_dict, read_yaml, resolve_config_path
 from bencao.errors import ConfigError
 from bencao.llm.base import LLMConfig
 from bencao.retrieval.search.config import RetrievalConfig
@@ -166,8 +166,9 @@ def _inline_retrieval(data: dict[str, Any], base: Path | None) -> dict[str, Any]
 
 def load_pipeline_config(cls: type, path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Any:
     """Read a serving recipe into ``cls`` (``ServeConfig`` or a subclass), overrides routed, retrieval inlined, validated."""
+    path = resolve_config_path(path) if path else None
     data = read_yaml(path) if path else {}
-    base = Path(path).resolve().parent if path else None
+    base = path.resolve().parent if path else None
     data = _inline_retrieval(data, base)
     routed = [route_override(o) for o in overrides]
     direct = [o for o in routed if o.split("=", 1)[0].strip() in ("retrieval", "retrieval_config")]

@@ -145,22 +145,21 @@ def run_script(argv: Sequence[str] | None, prog: str, description: str,
     return 0
 
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
 def resolve_shipped(path: str | Path, folder: str = "", suffixes: Sequence[str] = ()) -> Path:
     """A path or a shipped recipe name → an existing file.
 
-    Tried in order: the path as given (relative to the working directory), then relative to the
-    repository (``configs/deepspeed/ds_z2.json``), then ``<repo>/<folder>/<name><suffix>`` so that
-    ``zero2`` finds ``configs/accelerate/zero2.yaml``.
+    Tried in order: the path as given (relative to the working directory), then the shipped recipe
+    of that name (``sft/tiny/lora_cpu``, ``configs/deepspeed/ds_z2.json``), then a bare name inside
+    ``folder`` so that ``zero2`` finds ``configs/accelerate/zero2.yaml`` (see :mod:`bencao.recipes`,
+    which finds them in a checkout and in an installed wheel alike).
     """
-    p = Path(path)
-    candidates = [p, REPO_ROOT / p]
-    if folder:
-        candidates += [REPO_ROOT / folder / f"{p}{s}" for s in ("", *suffixes)]
-    for c in candidates:
-        if c.is_file():
-            return c.resolve()
-    where = f" (or a name in {REPO_ROOT / folder})" if folder else ""
-    raise ConfigError(f"{path}: file not found{where}")
+    from bencao import recipes
+
+    p = Path(path).expanduser()
+    if p.is_file():
+        return p.resolve()
+    kind = folder[len("configs/"):] if folder.startswith("configs/") else folder
+    hit = recipes.find(path) or (recipes.find(f"{kind}/{path}") if kind else None)
+    if hit is not None and hit.suffix in (*suffixes, *recipes.SUFFIXES):
+        return hit.resolve()
+    raise ConfigError(recipes.not_found(str(path), kind).replace("config file not found", "file not found"))

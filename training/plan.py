@@ -81,6 +81,15 @@ def plan(config: str | Path, overrides: Sequence[str] = (), num_gpus: int = 8, n
         raise ConfigError(f"{config}: model_name_or_path is required")
     from bencao.models import resolve_model
 
+    if model_config is None:
+        # A shipped recipe carries its model's architecture (config.json, no weights) beside it, so a plan
+        # needs neither the weights nor the hub; a model that is there locally is read as it is.
+        beside = resolve_shipped(config).parent / "architecture"
+        try:
+            resolve_model(str(source))
+        except ConfigError:
+            if (beside / "config.json").is_file():
+                model_config = beside
     try:
         cfg = AutoConfig.from_pretrained(str(model_config) if model_config else resolve_model(str(source)))
     except OSError as exc:

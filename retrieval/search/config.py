@@ -109,8 +109,9 @@ def load_retrieval_config(path: str | Path | None = None, overrides: list[str] |
     a retrieval YAML), so ``bencao link`` takes the same ``--config`` as ``ask`` and ``serve``; an
     override may name a key with or without the ``retrieval.`` prefix.
     """
-    from bencao.config import apply_overrides, from_dict, read_yaml
+    from bencao.config import apply_overrides, from_dict, read_yaml, resolve_config_path
 
+    path = resolve_config_path(path) if path else None
     data = read_yaml(path) if path else {}
     where = str(path) if path else "config"
     if "retrieval" in data or "retrieval_config" in data:  # a serving recipe
