@@ -16,6 +16,7 @@ export TOKENIZERS_PARALLELISM ?= false
 .PHONY: demo test test-all test-latest lock docs eval eval-corpus bench train-demo venv install-core install-dev clean-graph
 
 $(BIN)/python:
+	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==$(PIP_VERSION)"
 	$(BIN)/python -m pip install -q -c $(LOCK) torch
@@ -23,10 +24,12 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 $(VENV)/.installed-core: $(BIN)/python $(LOCK) pyproject.toml
+	@echo "installing bencao[serve] with the locked dependencies (about a minute on a fresh machine)"
 	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[serve]"
 	@touch $@
 
 $(VENV)/.installed-dev: $(BIN)/python $(LOCK) pyproject.toml
+	@echo "installing bencao[dev] with the locked dependencies (one to two minutes on a fresh machine)"
 	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[dev]"
 	@touch $@ $(VENV)/.installed-core
 
@@ -46,7 +49,7 @@ test-latest:
 	$(LATEST_VENV)/bin/python -m bencao.lockcheck --lock $(LOCK) --report || true
 	BENCAO_UNLOCKED=1 $(LATEST_VENV)/bin/python -m pytest -q
 
-# The five-minute tour: the sample graph with lexical indexes (BM25 + alias tables: about a minute on 2 cores;
+# The five-minute tour: the sample graph with lexical indexes (BM25 + alias tables: under 20 s on 2 cores;
 # DEMO_INDEX=retrieval/default adds MiniLM vectors for English items, ~10 min more the first time), then questions.
 DEMO_INDEX ?= retrieval/lexical
 demo: $(VENV)/.installed-core
