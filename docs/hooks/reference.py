@@ -230,7 +230,8 @@ def _slug(title: str) -> str:
 
 
 def nested_classes(cls: type) -> set[type]:
-    """Dataclasses reachable from ``cls`` through its fields' types (inside Optional, list, dict too)."""
+    """Dataclasses reachable from ``cls`` through its fields' types (inside Optional, list, dict too), and the
+    dataclasses they extend (``ServeConfig`` documents every key of its base ``PipelineConfig``)."""
     seen: set[type] = set()
 
     def visit(tp: Any) -> None:
@@ -238,6 +239,9 @@ def nested_classes(cls: type) -> set[type]:
             if tp in seen:
                 return
             seen.add(tp)
+            for base in tp.__mro__[1:]:
+                if dataclasses.is_dataclass(base):
+                    visit(base)
             for f in dataclasses.fields(tp):
                 visit(typing.get_type_hints(tp)[f.name])
             return
