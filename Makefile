@@ -64,6 +64,10 @@ demo: $(VENV)/.installed-core
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
 
+# The documentation site (MkDocs + Material; offline, strict: a broken link fails) into site/.
+docs: $(VENV)/.installed-dev
+	$(BIN)/mkdocs build --strict --site-dir site
+
 # Everything, slow tests included.
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m "not gpu"
