@@ -66,7 +66,7 @@ test: $(VENV)/.installed-dev
 
 # The documentation site (MkDocs + Material; offline, strict: a broken link fails) into site/.
 docs: $(VENV)/.installed-dev
-	$(BIN)/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Everything, slow tests included.
 test-all: $(VENV)/.installed-dev

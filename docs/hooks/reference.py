@@ -41,8 +41,8 @@ def md_text(text: str, *, table: bool = False) -> str:
     parts = re.split(r"(`[^`]*`)", text)
     out = []
     for i, part in enumerate(parts):
-        if i % 2 == 1:  # a code span
-            out.append(part.replace("|", "\\|") if table else part)
+        if i % 2 == 1:  # a code span (Python-Markdown's tables leave pipes inside code spans alone)
+            out.append(part)
             continue
         part = part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         part = _MD_SPECIAL.sub(r"\\\1", part)
@@ -53,11 +53,10 @@ def md_text(text: str, *, table: bool = False) -> str:
 
 
 def md_code(text: str, *, table: bool = False) -> str:
-    """``text`` as one code span (backticks inside it handled)."""
+    """``text`` as one code span (backticks inside it handled; a pipe inside a code span does not split a table cell)."""
     fence = "``" if "`" in text else "`"
     pad = " " if "`" in text else ""
-    body = text.replace("|", "\\|") if table else text
-    return f"{fence}{pad}{body}{pad}{fence}"
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def paragraphs(help_text: str) -> str:
