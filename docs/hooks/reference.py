@@ -272,7 +272,7 @@ def configuration_markdown() -> str:
         "is built; see [Recipes](../recipes.md) for how recipes are found and combined.",
         "",
     ]
-    out += ["| section | class | read by |", "|---|---|---|"]
+    out += ["| section | class | defined in |", "|---|---|---|"]
     for title, spec, _ in CONFIG_SECTIONS:
         out.append(f"| [{md_text(title, table=True)}](#{_slug(title)}) | `{spec.split(':')[1]}` | `{spec.split(':')[0]}` |")
     out.append("")
