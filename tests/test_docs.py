@@ -236,3 +236,46 @@ def test_readme_links_every_task_page():
     for page in ("install", "graph", "corpus", "retrieval", "answering", "data-generation", "training", "export",
                  "serving", "evaluation", "reliability", "benchmarks", "recipes"):
         assert f"(docs/{page}.md)" in text, page
+
+
+def _example_commands(text: str):
+    """Every ``bencao ...`` line of the shell code blocks (continuation lines joined)."""
+    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            m = re.match(r"^\s*(?:\S+/)?bencao\s+(.*)$", line)
+            if m:
+                yield line.strip(), m.group(1)
+
+
+def test_command_examples_use_existing_commands_and_options():
+    """The examples in the README and the pages name real commands and options (flags renamed in the CLI must be
+    renamed in the prose too; the generated reference has the exact spellings)."""
+    import shlex
+
+    import typer
+
+    from bencao.cli import app
+
+    root = typer.main.get_command(app)
+    checked, problems = 0, []
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        for line, rest in _example_commands(page.read_text(encoding="utf-8")):
+            checked += 1
+            tokens = shlex.split(rest, comments=True)
+            cmd, path = root, []
+            while tokens and getattr(cmd, "commands", None) and tokens[0] in cmd.commands:
+                path.append(tokens[0])
+                cmd = cmd.commands[tokens.pop(0)]
+            if getattr(cmd, "commands", None):
+                problems.append(f"{page.name}: {line}: no such command")
+                continue
+            known = {"-h", "--help"}
+            for param in cmd.params:
+                if param.param_type_name == "option":
+                    known.update(param.opts)
+                    known.update(param.secondary_opts)
+            for token in tokens:
+                if re.match(r"^--?[A-Za-z]", token) and token.split("=", 1)[0] not in known:
+                    problems.append(f"{page.name}: {line}: bencao {' '.join(path)} has no option {token.split('=', 1)[0]}")
+    assert checked > 50
+    assert not problems, "\n".join(problems)
