@@ -65,9 +65,13 @@ def test_site_builds_with_every_page_in_the_nav(site):
     assert written | generated == set(nav_pages), "every page is in the nav and every nav entry is a page"
 
 
-def test_site_fetches_nothing_from_the_network():
+def test_site_fetches_nothing_from_the_network(site):
     config = (REPO / "mkdocs.yml").read_text(encoding="utf-8")
     assert re.search(r"^\s*font:\s*false", config, re.M), "Material must not load Google Fonts"
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        remote = re.findall(r"<(?:link|script|img)\b[^>]*\b(?:src|href)=\"(?:https?:)?//[^\"]+\"", text)
+        assert not remote, f"{page.relative_to(site)} loads {remote[:3]}"
 
 
 def test_hand_written_pages_point_inside_the_repository():
