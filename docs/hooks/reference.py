@@ -5,7 +5,7 @@
   ``--help`` prints them.
 - ``reference/configuration.md``: every key of the typed run configs, from the dataclasses' help
   strings (``bencao.config.describe``).
-- ``reference/recipes.md``: every shipped recipe file under ``configs/`` with its header comment.
+- ``reference/recipes.md``: every shipped recipe (``bencao.recipes.list_recipes``) with its header comment.
 - ``results.md``: ``bench/RESULTS.md``, the recorded measurements, as a page of the site.
 
 Registered in ``mkdocs.yml`` under ``hooks:``. The functions below are also used by
@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 REPO = Path(__file__).resolve().parents[2]
-RECIPES_DIR = REPO / "configs"
 RESULTS = REPO / "bench" / "RESULTS.md"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -292,12 +291,6 @@ def configuration_markdown() -> str:
 
 # ---- recipes and recorded results ---------------------------------------------------------------
 
-def recipe_files() -> list[Path]:
-    if not RECIPES_DIR.is_dir():
-        raise FileNotFoundError(f"{RECIPES_DIR}: the shipped recipes are not there (docs/hooks/reference.py RECIPES_DIR)")
-    return sorted(p for p in RECIPES_DIR.rglob("*") if p.is_file() and p.suffix in (".yaml", ".yml", ".json"))
-
-
 def _header_comment(path: Path) -> str:
     lines = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -309,27 +302,34 @@ def _header_comment(path: Path) -> str:
 
 
 def recipes_markdown() -> str:
+    """The shipped recipes as ``bencao recipes list`` finds them (bencao.recipes), each with its header comment."""
+    from bencao.recipes import list_recipes
+
+    recipes = list_recipes()
+    if not recipes:
+        raise RuntimeError("bencao.recipes.list_recipes() found no shipped recipes")
     out = [
         "# Shipped recipes",
         "",
-        "Every recipe file shipped with bencao, with the comment it opens with (usually what it is for and the "
-        "command that runs it). Generated from the files when the site is built; see [Recipes](../recipes.md) for "
-        "how to use and override them, and the [configuration reference](configuration.md) for every key.",
+        "Every recipe bencao ships, by the name `--config` takes, with the comment it opens with (usually what it "
+        "is for and the command that runs it). `bencao recipes list` prints the same list, `bencao recipes show NAME` "
+        "a recipe, and `bencao recipes show NAME -o FILE` copies it to edit. Generated from the files when the site "
+        "is built; see [Recipes](../recipes.md) for how to use and override them, and the "
+        "[configuration reference](configuration.md) for every key.",
         "",
     ]
     current = None
-    for path in recipe_files():
-        rel = path.relative_to(RECIPES_DIR)
-        group = rel.parts[0]
-        if group != current:
-            out += [f"## {group}", ""]
-            current = group
-        out += [f"### `{RECIPES_DIR.name}/{rel.as_posix()}`", ""]
-        comment = _header_comment(path)
+    for recipe in recipes:
+        kind = recipe.kind or "other"
+        if kind != current:
+            out += [f"## {kind}", ""]
+            current = kind
+        out += [f"### `{recipe.name}`", ""]
+        comment = _header_comment(recipe.path) if recipe.path.suffix != ".json" else ""
         if comment:
             out += ["```text", comment, "```", ""]
         else:
-            out += ["(no header comment)", ""]
+            out += [f"`{recipe.path.name}` (no header comment).", ""]
     return "\n".join(out)
 
 
@@ -366,7 +366,7 @@ def on_files(files: Any, config: Any) -> Any:
 
 def on_config(config: Any) -> Any:
     # Rebuild the generated pages when their sources change under `mkdocs serve`.
-    watch = [str(REPO / "bench" / "RESULTS.md"), str(RECIPES_DIR)]
+    watch = [str(REPO / "bench" / "RESULTS.md"), str(REPO / "configs")]
     for w in watch:
         if w not in config.watch:
             config.watch.append(w)
