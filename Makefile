@@ -72,8 +72,9 @@ docs: $(VENV)/.installed-dev
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m "not gpu"
 
-# Dev-set evaluation: builds the sample graph once, then runs every file of $(DEV) (when present).
-DEV ?= ../shared/data/dev
+# Dev-set evaluation: builds the sample graph once, then runs every benchmark file (*.jsonl) of the folder
+# DEV=... (docs/evaluation.md: the record format; benchmark files are never bundled).
+DEV ?= data/dev
 EVAL_SYSTEM ?= llm-free
 EVAL_OUT ?= out/eval
 EVAL_CONFIG ?= serving/default
@@ -81,14 +82,14 @@ eval: $(VENV)/.installed-dev
 	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
 	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
 		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --config $(EVAL_CONFIG) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
-	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
+	else echo "error: DEV=$(DEV): no benchmark files (*.jsonl) there; make eval DEV=FOLDER" >&2; exit 2; fi
 
-# The classics corpus graph and the LLM-free dev evaluation on it (README "The classics corpus"). The graph is
+# The classics corpus graph and the LLM-free dev evaluation on it (docs/corpus.md). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and
 # ingestion code (on 2 cores about 16 min); then TCMBench, CMMLU-TCM and TCM-BEST4SDT → $(CORPUS_OUT)/report.md.
 # An interrupted run resumes; LIMIT=N scores the first N records of each file; RESTART=1 discards earlier
 # predictions (needed after the graph was rebuilt: they belong to the old one).
-CORPUS ?= ../shared/data/corpus/tcm_ancient_books
+CORPUS ?= data/corpus/tcm_ancient_books
 CORPUS_GRAPH ?= graphs/classics
 CORPUS_OUT ?= out/eval-corpus
 CORPUS_BENCH ?= $(DEV)/tcmbench_mcq.jsonl $(DEV)/cmmlu_traditional_chinese_medicine.jsonl $(DEV)/tcm_best4sdt_sd.jsonl
@@ -96,7 +97,7 @@ CORPUS_EVAL_CONFIG ?= serving/classics
 LIMIT ?=
 RESTART ?=
 eval-corpus: $(VENV)/.installed-dev
-	@test -d "$(CORPUS)" || { echo "error: CORPUS=$(CORPUS): no such folder (a local copy of TCM-Ancient-Books, see README)" >&2; exit 2; }
+	@test -d "$(CORPUS)" || { echo "error: CORPUS=$(CORPUS): no such folder (a local copy of TCM-Ancient-Books: make eval-corpus CORPUS=PATH DEV=PATH, see docs/corpus.md)" >&2; exit 2; }
 	$(BIN)/bencao graph build --config graph/classics --graph $(CORPUS_GRAPH) root=$(CORPUS) --skip-current
 	$(BIN)/bencao eval $(foreach f,$(CORPUS_BENCH),--bench $(f)) --graph $(CORPUS_GRAPH) --config $(CORPUS_EVAL_CONFIG) \
 		--system llm-free --out $(CORPUS_OUT) $(if $(LIMIT),--limit $(LIMIT)) $(if $(RESTART),--restart)
@@ -121,6 +122,6 @@ train-demo: $(VENV)/.installed-dev
 	$(BIN)/python bench/static_zh.py --graph $(DEMO_OUT)/graph --model $(DEMO_OUT)/static-zh --out $(DEMO_OUT)/eval \
 		$(foreach f,$(wildcard $(DEV)/tcmbench_mcq.jsonl $(DEV)/tcm_best4sdt_sd.jsonl),--bench $(f))
 
-# A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (README "Reliability").
+# A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (docs/reliability.md).
 clean-graph:
 	rm -rf $(GRAPH) $(dir $(GRAPH)).$(notdir $(GRAPH)).v-* $(dir $(GRAPH)).$(notdir $(GRAPH)).lock
