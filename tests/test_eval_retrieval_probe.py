@@ -197,3 +197,27 @@ def test_resume_refuses_to_mix_probe_settings(small_graph, bench, tmp_path):
     assert "answer_recall@10" in m["herb_mcq"] and probe.VERSION >= 1
     off = evaluate(bench, "retrieval", small_graph, tmp_path / "off", _cfg("eval.retrieval_probe=false"), progress=False)
     assert "answer_recall@10" not in off["herb_mcq"] and "evidence_contains_gold" in off["herb_mcq"]
+
+
+def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_graph, tmp_path, capsys):
+    import importlib
+    import sys
+
+    bench_dir = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench_dir))
+    try:
+        peers = importlib.import_module("retrieval_peers")
+    finally:
+        sys.path.remove(str(bench_dir))
+    p = tmp_path / "herb_mcq.jsonl"
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in (mcq(0), {**mcq(1), "answer": ["A"]})), encoding="utf-8")
+    results = tmp_path / "RESULTS.md"
+    assert peers.main(["--graph", str(small_graph), "--bench", str(p), "--set", "retrieval.index.dense_kinds=[]",
+                       "--n-resamples", "50", "--append", str(results), "--json", str(tmp_path / "rows.json")]) == 0
+    text = capsys.readouterr().out
+    for row in ("bm25 (plain)", "bencao", "bencao −micro", "bencao −macro", "bencao −paths", "bencao −layers",
+                "bencao with options (coverage)"):
+        assert f"| {row} | 2 |" in text
+    rows = json.loads((tmp_path / "rows.json").read_text(encoding="utf-8"))["rows"]
+    assert rows["bm25 (plain)"][0]["gold_rank"] is not None  # 人参's entry holds 味甘，微寒 from the question alone
+    assert "python bench/retrieval_peers.py --graph" in results.read_text(encoding="utf-8")
