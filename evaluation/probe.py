@@ -89,8 +89,12 @@ def passage_ranks(rec: dict[str, Any], passages: list[str], snippet_ids: list[st
 
 
 def identity(config: Any, graph_dir: str | Path | None) -> dict[str, Any] | None:
-    """What the probe's rows depend on beyond the serving config (which the run identity holds already)."""
+    """What the probe's rows depend on beyond the serving config (which the run identity holds already);
+    None when there is no probe: no graph, ``eval.retrieval_probe=false``, or a closed-book recipe (the
+    served pipeline retrieves nothing, so there is no retrieval to measure)."""
     if graph_dir is None or not (Path(graph_dir) / "graph.sqlite").exists() or not config.eval.retrieval_probe:
+        return None
+    if config.answer.closed_book:
         return None
     return {"version": VERSION, "depth": DEPTH, "option_queries": False, "options_passed": False, "match": "norm_key"}
 

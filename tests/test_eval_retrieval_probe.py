@@ -197,6 +197,8 @@ def test_resume_refuses_to_mix_probe_settings(small_graph, bench, tmp_path):
     assert "answer_recall@10" in m["herb_mcq"] and probe.VERSION >= 1
     off = evaluate(bench, "retrieval", small_graph, tmp_path / "off", _cfg("eval.retrieval_probe=false"), progress=False)
     assert "answer_recall@10" not in off["herb_mcq"] and "evidence_contains_gold" in off["herb_mcq"]
+    # a closed-book recipe retrieves nothing: nothing to probe; without a graph neither
+    assert probe.identity(_cfg("answer.closed_book=true"), small_graph) is None and probe.identity(_cfg(), None) is None
 
 
 def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_graph, tmp_path, capsys):
