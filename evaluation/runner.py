@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import BencaoError
+from bencao.evaluation import probe as retrieval_probe
 from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
 from bencao.evaluation.metrics import aggregate, evidence_recall
-from bencao.evaluation import probe as retrieval_probe
 from bencao.evaluation.systems import EvalConfig, make_system
 from bencao.io import JsonlAppender, atomic_write_json, file_hash
 
