@@ -57,12 +57,12 @@ def eval_command(
     from bencao.evaluation.runner import evaluate
 
     metrics = evaluate(benches, name, graph, out, cfg, limit=limit, restart=restart, progress=progress)
-    from bencao.evaluation.metrics import MAIN_METRIC
-    from bencao.evaluation.report import fmt
+    from bencao.evaluation.report import fmt, main_metric
 
     for bname, m in metrics.items():
-        main = MAIN_METRIC[m["task"]]
-        key = main if main in m else "evidence_contains_gold"
+        key = main_metric(m)
+        ci = m.get("ci95", {})
+        shown = [key] + [k for k in ("answer_recall@10", "margin@10") if k in m and k != key]
         leak = f" leaked={m['leaked']}" if m.get("leaked") else ""
-        typer.echo(f"{bname}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}{leak}")
+        typer.echo(f"{bname}: {m['task']} n={m['n']} " + " ".join(f"{k}={fmt(k, m.get(k), ci.get(k))}" for k in shown) + leak)
     typer.echo(f"wrote {out / 'metrics.json'}, {out / 'report.md'}, {out / 'predictions.jsonl'}")

@@ -71,8 +71,14 @@ def test_retrieval_system_reports_evidence_and_links(small_graph, bench_files, t
     out = tmp_path / "retrieval"
     m = _run(bench_files, small_graph, out, "retrieval", capsys)
     assert set(m) == set(BENCHES)
+    retrieval = {f"{name}@{k}" for name in ("answer_recall", "distractor_rate", "margin") for k in (5, 10, 20)}
     assert set(m["herb_mcq"]) == {"task", "n", "evidence_contains_gold", "evidence_holds_gold_parts", "ci95", "context_precision",
-                                  "context_recall", "context_entity_recall"}  # evidence only (and its context metrics), no answers
+                                  "context_recall", "context_entity_recall", "mrr", "passages@10", "passage_chars@10",
+                                  *retrieval}  # evidence only (its coverage, context and question-only retrieval metrics), no answers
+    # the question alone finds 人参's and 甘草's entries (their 性味 is the gold option), no distractor's text
+    assert (m["herb_mcq"]["answer_recall@10"], m["herb_mcq"]["margin@10"]) == (1.0, 1.0)
+    assert "tf" not in {p["task"] for p in map(json.loads, (out / "predictions.jsonl").read_text(encoding="utf-8").splitlines())
+                        if "retrieval" in p}  # no answer text to find
     assert m["herb_mcq"]["evidence_holds_gold_parts"] >= m["herb_mcq"]["evidence_contains_gold"]
     preds = {json.loads(line)["key"]: json.loads(line) for line in (out / "predictions.jsonl").read_text(encoding="utf-8").splitlines()}
     assert len(preds) == 8
