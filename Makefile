@@ -13,7 +13,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval eval-corpus bench train-demo venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval retrieval-peers eval-corpus bench train-demo venv install-core install-dev clean-graph
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
@@ -83,6 +83,17 @@ eval: $(VENV)/.installed-dev
 	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
 		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --config $(EVAL_CONFIG) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
 	else echo "error: DEV=$(DEV): no benchmark files (*.jsonl) there; make eval DEV=FOLDER" >&2; exit 2; fi
+
+# Retrieval peers side by side (bench/retrieval_peers.py; docs/evaluation-metrics.md): plain BM25 over the graph's
+# snippets against bencao's question-only retrieval, whole and with each channel off, on the benchmark files of
+# DEV (PEERS_BENCH narrows them), one table with 95 % intervals. LIMIT=N: the first N records of each file.
+PEERS_CONFIG ?= serving/default
+PEERS_BENCH ?= $(sort $(wildcard $(DEV)/*.jsonl))
+retrieval-peers: $(VENV)/.installed-dev
+	@test -n "$(PEERS_BENCH)" || { echo "error: DEV=$(DEV): no benchmark files (*.jsonl); make retrieval-peers DEV=FOLDER" >&2; exit 2; }
+	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
+	$(BIN)/python bench/retrieval_peers.py --graph $(GRAPH) $(foreach f,$(PEERS_BENCH),--bench $(f)) --config $(PEERS_CONFIG) \
+		$(if $(LIMIT),--limit $(LIMIT))
 
 # The classics corpus graph and the LLM-free dev evaluation on it (docs/corpus.md). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and

@@ -2,7 +2,7 @@
 bencao with each channel switched off — the same graph, the same records, the same metrics (issue 24).
 
     HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 .venv/bin/python bench/retrieval_peers.py --graph graphs/sample \\
-        --bench ../shared/data/dev/tcm_best4sdt_sd.jsonl --bench ../shared/data/dev/cmmlu_traditional_chinese_medicine.jsonl \\
+        --bench DEV/tcm_best4sdt_sd.jsonl --bench DEV/cmmlu_traditional_chinese_medicine.jsonl \\
         [--config serving/default] [--set key=value ...] [--limit N] [--append bench/RESULTS.md] [--json out.json]
 
 Rows (every one scored by ``bencao.evaluation.probe.passage_ranks`` and ``bencao.evaluation.metrics.aggregate``,
