@@ -155,8 +155,11 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
     if src:
         body.append("## By source\n\n" + src)
     if metrics:
-        plot_metrics(metrics, out / PLOT)
-        body.append(f"![main metric by benchmark and source]({PLOT})")
+        try:
+            plot_metrics(metrics, out / PLOT)
+            body.append(f"![main metric by benchmark and source]({PLOT})")
+        except ImportError:  # the plot is an extra: an install without bencao[eval] still gets the report
+            body.append("(No plot: it needs matplotlib, `pip install 'bencao[eval]'`.)")
     path = out / REPORT
     atomic_write_text(path, "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n")
     return path

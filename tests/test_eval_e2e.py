@@ -127,3 +127,14 @@ def test_llm_system_with_retrieval_puts_graph_evidence_in_the_prompt(small_graph
     assert "[1] 神农本草经 › " in prompt  # numbered like every generator prompt
     pred = read_predictions(tmp_path / "out")["herb_mcq/m1"]
     assert pred["evidence"]["snippet_ids"] and pred["extra"]["reply"] == "答案：B"
+
+
+def test_report_is_written_without_matplotlib(small_graph, bench_files, tmp_path, monkeypatch, capsys):
+    """`make demo`'s install has no [eval] extra: eval still scores and writes its report, minus the plot."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = tmp_path / "e"
+    assert main(["eval", "--bench", str(bench_files[0]), "--graph", str(small_graph), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Summary" in report and "No plot: it needs matplotlib" in report and not (out / "metrics.png").exists()
