@@ -17,10 +17,10 @@ def eval_command(
     bench: List[Path] = typer.Option(..., "--bench", "-b", help="Benchmark JSONL file (repeatable)."),
     graph: Optional[Path] = cliopts.graph(False),
     out: Optional[Path] = cliopts.out(help="Output directory: metrics.json, report.md, metrics.png, predictions.jsonl."),
-    config: Optional[Path] = cliopts.config("Serving recipe YAML: eval runs exactly the pipeline `bencao serve --config` runs "
+    config: Optional[Path] = cliopts.config(f"Serving {cliopts.RECIPE}: eval runs exactly the pipeline `bencao serve --config` runs "
                                             "(retrieval, LLM stages, answerer; eval.* settings)."),
-    overrides: Optional[List[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. linking.tau=0.6, "
-                                                       "generator.model=/models/qwen, eval.n_resamples=200."),
+    overrides: Optional[List[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6 "
+                                                       "-s generator.model=/models/qwen -s eval.n_resamples=200."),
     system: Optional[str] = typer.Option(None, "--system", help="Preset of the pipeline: pipeline (the recipe as given; default) | "
                                                                 "llm-free | llm | cot+llm-free | cot+llm | retrieval | random."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Generator LLM: MODEL@URL, URL or a local model path (sets generator.*)."),

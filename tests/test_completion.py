@@ -194,5 +194,5 @@ def test_cli_complete_evaluate(trained, repo, capsys):
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--evaluate"]) == 0
     out = capsys.readouterr().out
     assert "precision by threshold" in out and (trained.dir / "ukge" / "completion_eval.json").exists()
-    assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "dry_run=true"]) == 0
+    assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--dry-run"]) == 0
     assert "dry run:" in capsys.readouterr().out

@@ -150,7 +150,7 @@ def test_adding_a_source_reintegrates(tmp_path, sources, capsys):
     integrate(g)
     g.close()
     assert main(["graph", "add", str(sources["dsi"]), "--graph", str(tmp_path / "g"), "--format", "kb-csv",
-                 "-o", f"mapping={DSI_MAP['mapping']}"]) == 0
+                 "-O", f"mapping={DSI_MAP['mapping']}"]) == 0
     with Graph.open(tmp_path / "g") as g2:
         assert [e["id"] for e in g2.iter_entities() if e["norm"] == "vitamin c"] == ["CHEBI:176783"]
 
