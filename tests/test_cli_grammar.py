@@ -23,6 +23,9 @@ from bencao import cliopts
 from bencao.cli import app, main
 
 ROOT = typer.main.get_command(app)
+#: click < 8.2 (and the typer releases on it) show a group's help for a bare group with exit code 0, later ones with 2.
+CLICK_BEFORE_8_2 = (any(c.__module__.startswith("click.") for c in type(ROOT).__mro__)
+                    and not hasattr(__import__("click.exceptions").exceptions, "NoArgsIsHelpError"))
 
 
 def _walk(cmd, path: tuple[str, ...] = ()):
@@ -55,7 +58,7 @@ def _numeric(p) -> bool:
         ann = td.annotation
         args = [a for a in typing.get_args(ann) if a is not type(None)]
         return (args[0] if len(args) == 1 else ann) in (int, float)
-    return getattr(getattr(p, "type", None), "name", "") in ("integer", "float")
+    return getattr(getattr(p, "type", None), "name", "").startswith(("integer", "float"))  # also "integer range"
 
 
 def _one_error_line(capsys, argv: list[str]) -> str:
@@ -124,7 +127,7 @@ def test_unknown_command_is_one_line(capsys, path, cmd):
 def test_group_without_a_command_shows_its_help(capsys, path, cmd):
     rc = main(list(path))
     out, err = capsys.readouterr()
-    assert rc == 2 and "Traceback" not in out + err and "Usage" in out + err
+    assert rc == (0 if CLICK_BEFORE_8_2 else 2) and "Traceback" not in out + err and "Usage" in out + err
 
 
 def test_help_exits_0(capsys):
