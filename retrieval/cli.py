@@ -151,7 +151,7 @@ def _reintegrate(g: Any) -> None:
 @graph_app.command("integrate")
 def integrate_cmd(
     graph: Path = GRAPH_OPT,
-    config: Optional[Path] = cliopts.config(f"Integration {cliopts.RECIPE} (keys of IntegrateConfig, e.g. graph/integrate); built-in defaults when omitted."),
+    config: Optional[Path] = cliopts.config(f"Integration {cliopts.RECIPE}, e.g. graph/integrate (keys of IntegrateConfig); built-in defaults when omitted."),
     set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s type_groups=[[chemical,supplement_ingredient]]."),
     dry_run: bool = cliopts.dry_run(),
     undo: bool = typer.Option(False, "--undo", help="Undo the graph's integration (restores every merged entity whose sources remain)."),

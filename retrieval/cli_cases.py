@@ -17,7 +17,7 @@ cases_app = typer.Typer(help="The clinical-case layer (MLKG-RAG): patient index,
                         no_args_is_help=True)
 
 GRAPH = cliopts.graph(help="Graph directory.")
-CONFIG = cliopts.config(f"Cases {cliopts.RECIPE} (keys of CasesConfig, e.g. cases/cases); built-in defaults when omitted. Its `retrieval` "
+CONFIG = cliopts.config(f"Cases {cliopts.RECIPE}, e.g. cases/cases (keys of CasesConfig); built-in defaults when omitted. Its `retrieval` "
                         "key names the retrieval recipe whose `index` block gives the embedder (default: the one the graph's index was built with).")
 SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s similarity=lexical -s beam=2 -s retrieval=retrieval/multilingual.")
 #: Deprecated spelling of ``--set retrieval=...``; hidden.

@@ -136,6 +136,12 @@ def test_help_exits_0(capsys):
     assert "Usage" in capsys.readouterr().out
 
 
+def test_help_shows_brackets_as_written(capsys):
+    """Help texts are plain text, not rich markup: ``key=[a,b]`` examples keep their brackets."""
+    assert main(["graph", "index", "--help"]) == 0
+    assert "embedder.languages=[en,zh]" in " ".join(capsys.readouterr().out.split())
+
+
 def _console_script() -> str | None:
     here = Path(sys.executable).parent / "bencao"
     return str(here) if here.exists() else shutil.which("bencao")
