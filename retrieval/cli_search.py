@@ -13,7 +13,7 @@ from bencao import cliopts
 app = typer.Typer()
 
 GRAPH = cliopts.graph()
-CONFIG = cliopts.config(f"Serving or retrieval {cliopts.RECIPE} (its linking section: selector, LLM blocks, tau); default: built-in values.")
+CONFIG = cliopts.config(f"Serving or retrieval {cliopts.RECIPE}, e.g. retrieval/default: its linking section (selector, LLM blocks, tau); default: built-in values.")
 SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6 -s linking.selector=llm "
                         "-s linking.llm.base_url=http://127.0.0.1:8000/v1.")
 
