@@ -163,7 +163,7 @@ CONFIG_SECTIONS: list[tuple[str, str, str]] = [
     ("A source of a graph build recipe", "bencao.retrieval.build:SourceConfig",
      "Each entry of a build recipe's `sources:` list."),
     ("Reading limits (every input format)", "bencao.io:ReadLimits",
-     "Loader options every format takes: `-o key=value` of `bencao graph add`, a source's `options:` or the recipe's "
+     "Loader options every format takes: `-O key=value` (`--loader-option`) of `bencao graph add`, a source's `options:` or the recipe's "
      "`options.FORMAT.KEY`. See [Reliability](../reliability.md#input-limits)."),
     ("Book options (`books-txt`, `books-md`, `sections-jsonl`)", "bencao.retrieval.ingest.books:BookOptions",
      "Loader options of the book formats. See [The classics corpus](../corpus.md)."),
