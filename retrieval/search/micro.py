@@ -17,6 +17,39 @@ from bencao.retrieval.search.adjacency import adjacency_for
 from bencao.retrieval.search.fusion import rrf
 
 
+#: How deep a layer-restricted search may look (candidates per query and retriever) before it settles for
+#: fewer than k triples of the layer.
+MAX_LAYER_DEPTH = 8192
+
+
+def nearest_triples(g: Graph, ix: Any, queries: list[str], k: int, *, rrf_k: int = 60,
+                    layers: list[str] | None = None) -> tuple[list[tuple[str, float]], dict[str, dict[str, Any]]]:
+    """The ``k`` nearest triples to the queries (lexical + dense, fused), and their rows.
+
+    With ``layers``, the k nearest *of those layers*: the search goes deeper (×4 a round, up to
+    :data:`MAX_LAYER_DEPTH`) until k of them are found or the indexes run out, so a personalized triple
+    that ranks below k among all triples is still recalled (TCM-DiffRAG recalls G_style first).
+    """
+    depth = k * 2
+    while True:
+        ranked: list[list[tuple[str, float]]] = []
+        for q in queries:
+            if ix is not None:
+                ranked.append(ix.lexical_search("triples", q, depth))
+                ranked.append(ix.dense_search("triples", q, depth))
+        fused = rrf(ranked, rrf_k)
+        if layers is None:
+            fused = fused[:k]
+            found = g.get_triples([tid for tid, _ in fused])
+            return [(tid, s) for tid, s in fused if tid in found], found
+        found = g.get_triples([tid for tid, _ in fused])
+        kept = [(tid, s) for tid, s in fused if tid in found and found[tid]["layer"] in layers]
+        exhausted = all(len(r) < depth for r in ranked)
+        if len(kept) >= k or exhausted or depth >= MAX_LAYER_DEPTH:
+            return kept[:k], found
+        depth = min(depth * 4, MAX_LAYER_DEPTH)
+
+
 def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str], *, k_triples: int = 10,
                    anchored_triples: int = 20, snippets_per_triple: int = 2, rrf_k: int = 60,
                    layers: list[str] | None = None, asked_relations: list[str] | tuple[str, ...] = (),
@@ -24,17 +57,10 @@ def micro_retrieve(g: Graph, ix: Any, queries: list[str], linked_ids: list[str],
     """Returns ``(triples, snippets)`` as Evidence hits. ``layers`` keeps only triples of those layers;
     ``asked_triples`` of ``asked_relations`` shared among the linked entities (head or tail, most
     confident first), scored above the fused and anchored ones."""
-    ranked: list[list[tuple[str, float]]] = []
-    for q in queries:
-        if ix is not None:
-            ranked.append(ix.lexical_search("triples", q, k_triples * 2))
-            ranked.append(ix.dense_search("triples", q, k_triples * 2))
-    fused = rrf(ranked, rrf_k)[:k_triples]
+    fused, found = nearest_triples(g, ix, queries, k_triples, rrf_k=rrf_k, layers=layers)
     triples: dict[str, TripleHit] = {}
-    found = g.get_triples([tid for tid, _ in fused])
     for tid, score in fused:
-        if tid in found and (layers is None or found[tid]["layer"] in layers):
-            triples[tid] = TripleHit.from_row(found[tid], score=round(score, 6), via=["micro"])
+        triples[tid] = TripleHit.from_row(found[tid], score=round(score, 6), via=["micro"])
     if asked_relations and asked_triples > 0 and linked_ids:
         per_asked = max(1, asked_triples // len(linked_ids))
         for eid in linked_ids:
