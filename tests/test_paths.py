@@ -173,3 +173,39 @@ def test_adjacency_is_kept_on_disk_for_the_next_process(small_graph, monkeypatch
     assert "epsilon" in {g.get_entity(e)["name"] for e in changed.ids}
     now = sorted((g.dir / "cache").glob("adjacency-*"))
     assert len(now) == 1 and now != saved
+
+
+def _catalogue_graph(tmp_path):
+    """40 herbs listed in one catalogue (a hub of 40 triples), herb00 with two specific effects of equal weight."""
+    g = Graph.create(tmp_path / "cat")
+    b = g.builder(source="hand", kind="kb", content_key="cat-1", format="test")
+    cat = b.entity("药食同源目录", "catalogue")
+    herbs = [b.entity(f"herb{i:02d}", "herb") for i in range(40)]
+    for h in herbs:
+        b.triple(h, "listed_in", cat, confidence=1.0, layer="imported", origin="t")
+    e1, e2 = b.entity("补中益气", "effect"), b.entity("壮筋骨", "effect")
+    b.triple(herbs[0], "has_effect", e1, confidence=0.6, layer="book", origin="t")
+    b.triple(herbs[0], "has_effect", e2, confidence=0.6, layer="book", origin="t")
+    g.commit(b)
+    return g, herbs[0], cat
+
+
+def test_no_path_ends_at_a_hub_unless_asked(tmp_path):
+    g, herb, cat = _catalogue_graph(tmp_path)
+    with_hub = top_paths(g, [herb], max_hops=1, hub_degree=20, hub_endpoints=True)
+    assert with_hub[0].entities[-1] == cat  # the hub's PageRank puts the catalogue listing first
+    paths = top_paths(g, [herb], max_hops=1, hub_degree=20)  # the retriever's default: hub_endpoints off
+    assert paths and all(p.entities[-1] != cat for p in paths)
+    linked = top_paths(g, [herb, cat], max_hops=1, hub_degree=20)  # a linked hub is a target: the path joining them stays
+    assert any(p.entities == [herb, cat] and p.connects for p in linked)
+    g.close()
+
+
+def test_equal_pathscores_are_ordered_the_same_way_every_time(tmp_path):
+    g, herb, _ = _catalogue_graph(tmp_path)
+    runs = [[(p.score, tuple(p.triple_ids)) for p in top_paths(g, [herb], max_hops=1, hub_degree=20)] for _ in range(3)]
+    assert runs[0] == runs[1] == runs[2]
+    scores = [s for s, _ in runs[0]]
+    assert len(scores) == 2 and scores[0] == pytest.approx(scores[1])  # a true tie, broken by the triple ids
+    assert [ids for _, ids in runs[0]] == sorted(ids for _, ids in runs[0])
+    g.close()

@@ -60,7 +60,11 @@ class PathsConfig:
     max_hops: int = field(2, help="Longest relation path.")
     n_patterns: int = field(30, help="Most frequent relation sequences (mined from the graph) that paths may follow.")
     hub_degree: int = field(100, help="An entity with more triples than this is a hub (a catalogue, a flavour shared by hundreds of "
-                                      "herbs, an is_a root): paths may end at it but never pass through it.")
+                                      "herbs, an is_a root): paths never pass through it, and end at it only with hub_endpoints "
+                                      "(or when it is another linked entity, or an LLM planner asked for the hop).")
+    hub_endpoints: bool = field(False, help="Let a path end at a hub. Off: '山药 —listed_in→ 药食同源目录' or '—has_flavour→ 甘' "
+                                            "says nothing specific, yet a hub's PageRank put such paths first (the entity's "
+                                            "facts of that kind still reach the evidence as triples).")
     hub_penalty: bool = field(True, help="Scale PathScore by the inverse log-degree of each middle entity, so paths through "
                                          "specific entities rank above paths through common ones.")
     max_paths: int = field(400, help="Paths enumerated before scoring.")

@@ -9,10 +9,14 @@
    PathScore = product of the path's triple confidences × mean PageRank of its entities; top-k.
 
 Hubs: an entity with more than ``hub_degree`` triples (the medicine-food catalogue every listed
-herb points at, a flavour shared by hundreds of herbs, an ``is_a`` root) may end a path but is
-never passed through: "杏仁 —listed_in→ 药食同源目录 —~listed_in→ 山药" says nothing about either
-herb. With ``hub_penalty`` each middle entity also scales PathScore by 1 / (1 + ln degree), so a
-path through a specific entity outranks one through a common one.
+herb points at, a flavour shared by hundreds of herbs, an ``is_a`` root) is never passed through:
+"杏仁 —listed_in→ 药食同源目录 —~listed_in→ 山药" says nothing about either herb. Nor does a path end
+at one (unless ``hub_endpoints``, the hub is another linked entity, or a planner asked for the hop):
+a hub's PageRank made "山药 —listed_in→ 药食同源目录" the top path of every listed herb. With
+``hub_penalty`` each middle entity also scales PathScore by 1 / (1 + ln degree), so a path through a
+specific entity outranks one through a common one. Equal PathScores are ordered by the terms that
+differ: the higher confidence product, then the fewer hops, then the less connected end (the more
+specific fact), then the path's triple ids, so a ranking never depends on enumeration order.
 """
 
 from __future__ import annotations
@@ -92,11 +96,12 @@ def degree(adjacency, entity_id: str) -> int:  # noqa: ANN001
 
 def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, ...]], max_hops: int = 2,
                     max_paths: int = 400, fanout: int = 30, hub_degree: int = 0,
-                    planned: list[tuple[str, ...]] | None = None) -> list[Path]:
+                    planned: list[tuple[str, ...]] | None = None, hub_endpoints: bool = False) -> list[Path]:
     """All simple paths from ``starts`` that follow a pattern prefix, up to ``max_hops`` steps.
 
     With ``hub_degree`` > 0 a path never continues from a middle entity with more triples than that,
-    unless it follows one of the ``planned`` sequences (an LLM planner asked for that hop on purpose).
+    unless it follows one of the ``planned`` sequences (an LLM planner asked for that hop on purpose);
+    without ``hub_endpoints`` no path ends at such an entity either, unless it is one of ``starts``.
     """
     starts = list(dict.fromkeys(starts))
     targets = set(starts)
@@ -127,6 +132,9 @@ def enumerate_paths(g: Graph, starts: Iterable[str], patterns: list[tuple[str, .
                 seq = tuple(p.steps) + (step,)
                 if seq not in prefixes or other in p.entities:
                     continue
+                if (hub_degree and not hub_endpoints and other not in targets and seq not in exempt
+                        and degree(adjacency, other) > hub_degree):
+                    continue  # no path ends at a hub (nor passes through it)
                 q = Path(p.entities + [other], p.triple_ids + [tid], list(seq), p.confidences + [conf],
                          connects=other in targets and other != p.entities[0])
                 paths.append(q)
@@ -188,7 +196,7 @@ def graph_patterns(g: Graph, max_hops: int, n: int) -> list[tuple[str, ...]]:
 def top_paths(g: Graph, starts: list[str], *, max_hops: int = 2, n_patterns: int = 30, max_paths: int = 400,
               neighbour_limit: int = 30, damping: float = 0.85, top_k: int = 10,
               planned: list[tuple[str, ...]] | None = None, planned_only: bool = False, hub_degree: int = 0,
-              hub_penalty: bool = False) -> list[Path]:
+              hub_penalty: bool = False, hub_endpoints: bool = False) -> list[Path]:
     """The whole path stage: patterns → paths → PageRank → PathScore → top-k (connecting paths first).
 
     ``planned`` relation sequences (an LLM planner's) are followed beside the mined ones, or instead
@@ -201,11 +209,13 @@ def top_paths(g: Graph, starts: list[str], *, max_hops: int = 2, n_patterns: int
     pats = list(planned) if planned_only else [*planned, *graph_patterns(g, max_hops, n_patterns)]
     hops = max([max_hops, *(len(p) for p in planned)])
     paths = enumerate_paths(g, starts, pats, max_hops=hops, max_paths=max_paths, fanout=neighbour_limit, hub_degree=hub_degree,
-                            planned=planned)
+                            planned=planned, hub_endpoints=hub_endpoints)
     full = set(planned)
     for p in paths:
         if tuple(p.steps) in full:
             p.extra["planned"] = True
     score_paths(g, paths, damping=damping, neighbour_limit=neighbour_limit, hub_penalty=hub_penalty)
-    paths.sort(key=lambda p: (not p.connects, not p.extra.get("planned"), -p.score))
+    adj = adjacency_for(g)
+    paths.sort(key=lambda p: (not p.connects, not p.extra.get("planned"), -p.score, -p.confidence_product, len(p.steps),
+                              degree(adj, p.entities[-1]), p.triple_ids))
     return paths[:top_k]

@@ -135,7 +135,8 @@ class Retriever:
         p = self.cfg.paths
         paths = top_paths(self.g, linked[:8], max_hops=p.max_hops, n_patterns=p.n_patterns, max_paths=p.max_paths,
                           neighbour_limit=p.neighbour_limit, damping=p.damping, top_k=p.top_k, planned=planned,
-                          planned_only=planned_only, hub_degree=p.hub_degree, hub_penalty=p.hub_penalty)
+                          planned_only=planned_only, hub_degree=p.hub_degree, hub_penalty=p.hub_penalty,
+                          hub_endpoints=p.hub_endpoints)
         names = self.g.get_entities({e for x in paths for e in x.entities})
         path_triples = self.g.get_triples({t for x in paths for t in x.triple_ids})
         for x in paths:
