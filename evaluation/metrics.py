@@ -15,7 +15,8 @@ Definitions (also in the README):
   over the non-abstained records (absent when every record abstained). FoodOntoRAG's pair:
   ``acc_at_1_first_pass`` = correct without a retry (a first pass below τ is a miss), against
   the final ``acc_at_1``; ``synonym_rate`` = share of records whose final link came from the
-  synonym retry (``via_synonym`` in the prediction, else a rationale starting "retry with").
+  retry, LLM synonyms or rule variants (``via_synonym``, which the linker sets on its result; for
+  predictions written without it, a rationale starting "retry with" or "after synonyms").
 - ``rec`` ``hits_at_1``: the top-ranked candidate is gold (ties and abstention as for sd), averaged
   over records with a non-empty gold list; an abstention selects nothing; ``precision``/``recall``/``f1`` of the selected set against the gold
   set, micro-averaged over records (sums of true positives, selected and gold; 0 when a denominator
@@ -174,7 +175,7 @@ def score_el(rec: dict[str, Any], pred: dict[str, Any] | None) -> dict[str, floa
     retried = bool(pred and pred.get("retried"))
     via = pred.get("via_synonym") if pred else None
     if via is None:
-        via = retried and not abstained and str((pred or {}).get("rationale") or "").startswith("retry with")
+        via = retried and not abstained and str((pred or {}).get("rationale") or "").startswith(("retry with", "after synonyms"))
     correct = chosen in rec["gold_ids"]
     return {
         "acc_at_1": float(correct),

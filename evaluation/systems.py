@@ -159,7 +159,7 @@ class PipelineSystem:
         cands = [str(c.get("id")) for c in list(res.candidates or [])[:10]]
         pred = {"chosen_id": res.chosen_id, "label": res.label, "confidence": res.confidence,
                 "abstained": bool(res.abstained) or not res.chosen_id, "retried": bool(res.retried), "rationale": res.rationale,
-                "candidates": cands, "first_pass": res.first_pass, "synonyms": res.synonyms}
+                "candidates": cands, "first_pass": res.first_pass, "synonyms": res.synonyms, "via_synonym": bool(res.via_synonym)}
         return Output(pred, {"entity_ids": cands})
 
     def predict_batch(self, records: list[dict[str, Any]]) -> list[Any]:

@@ -114,6 +114,7 @@ class LinkResult:
     selector_rationale: str | None = None
     scorer_rationale: str | None = None
     synonyms: list[str] = dc_field(default_factory=list)  # proposed by the synonym stage (LLM) or rule variants tried
+    via_synonym: bool = False  # the final link came from the retry (LLM synonyms or rule variants), not the first pass
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -412,7 +413,7 @@ class EntityLinker:
                               True, **extra)
         ent = self.g.get_entity(choice["id"]) or {}
         return LinkResult(mention, choice["id"], ent.get("name"), round(choice["confidence"], 4), choice["rationale"], report, retried, False,
-                          ent.get("type"), **extra)
+                          ent.get("type"), **extra, via_synonym=bool(choice.get("from_retry")))
 
     def _brief(self, choice: dict[str, Any] | None) -> dict[str, Any] | None:
         if choice is None:
@@ -438,7 +439,7 @@ class EntityLinker:
             vc = self._candidates(variant, lexical=False)
             vchoice = SELECTORS[self.cfg.selector](self, variant, vc, context)
             if vchoice is not None:
-                vchoice = dict(vchoice, confidence=round(vchoice["confidence"] * 0.85, 4),
+                vchoice = dict(vchoice, confidence=round(vchoice["confidence"] * 0.85, 4), from_retry=True,
                                rationale=f"retry with {how} {variant!r}: {vchoice['rationale']}")
                 if choice is None or vchoice["confidence"] > choice["confidence"]:
                     choice = vchoice
@@ -471,6 +472,7 @@ class EntityLinker:
         second = self._choose(mention, context, merged)
         if second is not None:
             second["rationale"] = f"after synonyms {', '.join(synonyms)}: {second['rationale']}"
+            second["from_retry"] = True
             if choice is None or second["confidence"] > choice["confidence"]:
                 return second, merged, synonyms
         return choice, merged, synonyms

@@ -126,7 +126,7 @@ def test_link_cli_selector_scorer_and_failure_aware_synonym_retry(capsys):
                               *ep.overrides("linking.scorer.llm"), "courgette"))
         synonym_prompts = ep.calls_of("synonym generation")
         score_prompts = ep.calls_of("confidence scorer")
-    assert out["label"] == "zucchini squash (raw)" and not out["abstained"] and out["retried"]
+    assert out["label"] == "zucchini squash (raw)" and not out["abstained"] and out["retried"] and out["via_synonym"]
     assert out["first_pass"]["label"] != "zucchini squash (raw)" and out["first_pass"]["confidence"] == 0.1
     # at most 5 synonyms, the mention itself left out; the failure reason went into the request
     assert out["synonyms"] == ["zucchini", "Cucurbita pepo", "marrow squash", "summer squash", "baby marrow"]
@@ -249,3 +249,18 @@ def test_herb_paths_never_pass_through_a_catalogue_hub(tmp_path):
     off = Retriever(g, load_retrieval_config(None, ["paths.hub_degree=0", "paths.hub_penalty=false"])).retrieve("山药有什么功效？")
     assert any("药食同源目录" in p.names[1:-1] for p in off.paths)  # what the rule removes
     g.close()
+
+
+def test_eval_counts_a_link_made_after_llm_synonyms_in_synonym_rate(capsys, tmp_path):
+    g = demo_graph_dir()
+    sets = ["--set", "linking.selector=llm"]
+    with scripted_endpoint(_zucchini_route) as ep:
+        llm = [*ep.overrides("linking.llm"), *ep.overrides("linking.scorer.llm")]
+        linked = json.loads(_cli(capsys, "link", "--graph", str(g), *sets, *llm, "courgette"))
+        bench = tmp_path / "el.jsonl"
+        bench.write_text(json.dumps({"id": "c1", "task": "el", "lang": "en", "mention": "courgette",
+                                     "gold_ids": [linked["chosen_id"]]}) + "\n", encoding="utf-8")
+        out = tmp_path / "eval"
+        assert main(["eval", "--bench", str(bench), "--graph", str(g), "--out", str(out), *sets, *llm]) == 0
+    m = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["el"]
+    assert m["acc_at_1"] == 1.0 and m["acc_at_1_first_pass"] == 0.0 and m["synonym_rate"] == 1.0

@@ -15,8 +15,9 @@ at one (unless ``hub_endpoints``, the hub is another linked entity, or a planner
 a hub's PageRank made "山药 —listed_in→ 药食同源目录" the top path of every listed herb. With
 ``hub_penalty`` each middle entity also scales PathScore by 1 / (1 + ln degree), so a path through a
 specific entity outranks one through a common one. Equal PathScores are ordered by the terms that
-differ: the higher confidence product, then the fewer hops, then the less connected end (the more
-specific fact), then the path's triple ids, so a ranking never depends on enumeration order.
+differ: the higher confidence product, then the fewer hops, then the end with more triples (more
+support in the graph; hubs never end a path), then the path's triple ids, so a ranking never depends on
+enumeration order.
 """
 
 from __future__ import annotations
@@ -217,5 +218,5 @@ def top_paths(g: Graph, starts: list[str], *, max_hops: int = 2, n_patterns: int
     score_paths(g, paths, damping=damping, neighbour_limit=neighbour_limit, hub_penalty=hub_penalty)
     adj = adjacency_for(g)
     paths.sort(key=lambda p: (not p.connects, not p.extra.get("planned"), -p.score, -p.confidence_product, len(p.steps),
-                              degree(adj, p.entities[-1]), p.triple_ids))
+                              -degree(adj, p.entities[-1]), p.triple_ids))
     return paths[:top_k]
