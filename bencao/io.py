@@ -63,6 +63,86 @@ LIMIT_OPTIONS = ("encoding", "max_line_bytes", "max_bytes", "max_ratio", "max_na
 _RATIO_FLOOR = 16 * MiB
 _CHUNK = MiB
 
+class ReadWatch:
+    """The reads of one input file during its ingestion (:func:`watching`): the bytes of every complete
+    read are hashed, so the registry can check that what was parsed is what was hashed into the
+    document id, and the file's size and modification time are compared before and after."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.key = _file_key(path)
+        self.before = _stat_key(path)
+        self.digests: list[str] = []  # sha1 of the (decompressed) bytes of each read that reached the end
+
+    def verify(self, expected: str) -> None:
+        """InputError when the file changed since the watch began: another size, modification time or
+        file, or a complete read that saw other bytes than ``expected`` (the hash in the document id)."""
+        after = _stat_key(self.path)
+        if after != self.before or any(d != expected for d in self.digests):
+            what = "grew or shrank" if after is None or self.before is None or after[0] != self.before[0] else "was modified"
+            raise InputError(self.path, f"the file {what} while it was read; nothing was added (add it again once it is complete)")
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+class _ReadHasher:
+    """Hashes one read of a watched file; recorded in the watch when the read reaches the end."""
+
+    def __init__(self, watch: ReadWatch):
+        self.watch = watch
+        self.h = hashlib.sha1()
+        self.n = 0
+        self.done = False
+
+    def update(self, data: bytes) -> None:
+        if not data:
+            if not self.done:
+                self.done = True
+                self.watch.digests.append(self.h.hexdigest())
+            return
+        self.h.update(data)
+        first = self.n == 0
+        self.n += len(data)
+        if first:
+            faults.call("ingest.reading")
+
+
+_WATCH: contextvars.ContextVar[ReadWatch | None] = contextvars.ContextVar("bencao_read_watch", default=None)
+
+
+@contextlib.contextmanager
+def watching(path: str | Path) -> Iterator[ReadWatch]:
+    """Hash every read of ``path`` inside the block (see :class:`ReadWatch`)."""
+    token = _WATCH.set(ReadWatch(Path(path)))
+    try:
+        yield _WATCH.get()  # type: ignore[misc]
+    finally:
+        _WATCH.reset(token)
+
+
+def read_hasher(path: str | Path) -> _ReadHasher | None:
+    """A hasher for a read of ``path`` when it is the watched input (:func:`watching`), else None.
+    Feed it every byte read in order, then ``b""`` at the end of the file."""
+    w = _WATCH.get()
+    if w is None or w.key is None or _file_key(Path(path)) != w.key:
+        return None
+    return _ReadHasher(w)
+
+
 _LIMITS: contextvars.ContextVar[ReadLimits] = contextvars.ContextVar("bencao_read_limits", default=ReadLimits())
 _RECORD: contextvars.ContextVar[str | None] = contextvars.ContextVar("bencao_current_record", default=None)
 
@@ -119,7 +199,7 @@ def current_record() -> str | None:
 class _Source:
     """One input file opened for bounded reading: decompresses ``.gz``, counts bytes, names the file."""
 
-    def __init__(self, path: Path, limits: ReadLimits | None):
+    def __init__(self, path: Path, limits: ReadLimits | None, watch: bool = True):
         self.path = path
         self.limits = limits
         self.compressed = path.name.endswith(".gz")
@@ -138,6 +218,7 @@ class _Source:
         self._raw.seek(0)
         self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw  # type: ignore[assignment]
         self.total = 0
+        self.hasher = read_hasher(path) if watch else None
 
     def close(self) -> None:
         if self._fh is not self._raw:
@@ -160,6 +241,8 @@ class _Source:
             after = f" after {self.total:,} good decompressed bytes" if self.total else ""
             raise InputError(self.path, f"{what} gzip data{after} ({exc})") from None
         self.total += len(data)
+        if self.hasher is not None:
+            self.hasher.update(data)
         lim = self.limits
         if lim is not None:
             if self.total > lim.max_bytes:
@@ -576,7 +659,7 @@ def content_hash(*parts: object, length: int = 16) -> str:
 def file_hash(path: str | Path, limits: ReadLimits | None = None) -> str:
     """sha1 of a file's (decompressed) bytes, streamed; within ``limits`` when given (inputs), unbounded otherwise."""
     h = hashlib.sha1()
-    with _Source(Path(path), limits) as src:
+    with _Source(Path(path), limits, watch=False) as src:
         while True:
             chunk = src.read(_CHUNK)
             if not chunk:

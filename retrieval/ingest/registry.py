@@ -24,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bencao.errors import BencaoError, InputError, InvalidValue
+from bencao import faults
 from bencao.faults import fault
-from bencao.io import LIMIT_OPTIONS, current_record, file_hash, limits_from_options, using_limits
+from bencao.io import LIMIT_OPTIONS, current_record, file_hash, limits_from_options, using_limits, watching
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 
 LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
@@ -109,18 +110,29 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     # Options that change what is read go into the document id; limits only accept or refuse.
     keyed = {k: v for k, v in options.items() if k in spec.options or k == "encoding"}
     loader_options = {k: v for k, v in options.items() if k in spec.options}
-    with using_limits(limits):
-        key = file_hash(path, limits) + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
+    # The bytes parsed must be the bytes hashed into the document id: every complete read of the file
+    # while it is parsed is hashed too and compared, and so are its size and modification time (a file
+    # cut or appended to while it is read would otherwise be stored, incomplete, under the id of another
+    # content, and adding the complete file later would say "unchanged").
+    with using_limits(limits), watching(path) as watch:
+        digest = file_hash(path, limits)
+        key = digest + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
         if spec.extra_key is not None:
             key += spec.extra_key(path, loader_options)
         b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
                           meta={"path": str(path), "options": options})
         if graph.has_document(b.document_id):
             return b
+        faults.call("ingest.hashed")
         try:
             spec.fn(b, path, loader_options)
         except InvalidValue as exc:  # a value the builder refused: name the file and the record being read
+            watch.verify(digest)  # a record cut in half by a concurrent writer: say that, not what it broke
             raise InputError(path, str(exc), record=current_record()) from None
+        except BencaoError:
+            watch.verify(digest)
+            raise
+        watch.verify(digest)
     if not b.sections and not b.snippets and not b.entities:
         raise InputError(path, "empty document: nothing to ingest")
     return b

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_limits
+from bencao.io import read_hasher, read_limits
 
 SNIFF_BYTES = 1 << 20
 #: More undecodable bytes than this per 1,000 bytes read refuses the file.
@@ -86,12 +86,15 @@ class TextLines:
         except LookupError:
             raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
         fh.seek(0)
+        hasher = read_hasher(self.path)  # graph add: the bytes parsed are checked against the document id
         enc = "utf-8" if self.encoding == "utf-8-sig" else self.encoding
         n = 0
         first = True
         max_line = read_limits().max_line_bytes  # the loader's max_line_bytes option, or the default
         while True:
             raw = fh.readline(max_line + 1)
+            if hasher is not None:
+                hasher.update(raw)
             if not raw:
                 break
             if len(raw) > max_line and not raw.endswith(b"\n"):  # refused at the cap: the rest of the line is never read
