@@ -123,6 +123,14 @@ def _bomb() -> bytes:
     return b"".join([co.compress(block) for _ in range(64)] + [co.flush()])
 
 
+def _yaml_bomb(levels: int = 9) -> bytes:
+    """'Billion laughs': ~600 bytes of YAML whose aliases stand for 9**levels strings."""
+    out = 'l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels):
+        out += f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]\n"
+    return out.encode()
+
+
 def _with(t: Template, payload: bytes) -> bytes:
     return t.make(PH).replace(PH.encode(), payload)
 
@@ -183,7 +191,15 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "mapping-malformed-yaml", fn, base, extra={"map.yaml": b"entities: [unclosed\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-unknown-key", fn, base, extra={"map.yaml": mapping + b"colour: red\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-deep", fn, base, extra={"map.yaml": b"a: " + b"[" * 50_000 + b"]" * 50_000 + b"\n"}, bad_file="map.yaml"),
+            Case(fmt, "mapping-alias-bomb", fn, base, extra={"map.yaml": _yaml_bomb() + b"entities:\n  id_column: *l8\n"}, bad_file="map.yaml"),
         ]
+    if fmt == "disease-tree":
+        cases += [
+            Case(fmt, "yaml-alias-bomb", fn, b"name: t\n" + _yaml_bomb() + b"classes: [*l8]\n"),
+            Case(fmt, "yaml-deep", fn, b"name: t\nclasses: " + b"[" * 3000 + b"]" * 3000 + b"\n"),
+            Case(fmt, "yaml-recursive-alias", fn, b"name: t\nclasses: &c [{name: a, children: *c}]\n"),
+        ]
+    cases.append(Case(fmt, "nan-option", fn, base, options=("max_ratio=nan",)))
     if fmt in ("obo", "owl"):
         cases += [
             Case(fmt, "json-content", fn, b'{"graphs": [{"id": "x"}]}\n'),

@@ -79,3 +79,95 @@ def test_book_changed_while_read_is_refused(tmp_path) -> None:
     with faults.on("ingest.hashed", cut), pytest.raises(InputError, match="while it was read"):
         ingest_file(g, "books-txt", src)
     assert g.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0
+
+
+# --------------------------------------------------------------------------- 3/4. YAML bombs, deep YAML, wrong shapes
+
+
+def _alias_bomb(levels: int = 9) -> str:
+    """'billion laughs': ~600 bytes whose aliases stand for 9**levels values."""
+    out = 'l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels):
+        out += f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]\n"
+    return out
+
+
+def test_yaml_loader_budgets() -> None:
+    import time
+
+    from bencao.config import YamlRefused, parse_yaml
+
+    t0 = time.monotonic()
+    with pytest.raises(YamlRefused, match="alias bomb"):
+        parse_yaml(_alias_bomb())
+    with pytest.raises(YamlRefused, match="nested more than 100 levels"):
+        parse_yaml("a: " + "[" * 3000 + "]" * 3000)
+    with pytest.raises(YamlRefused, match="recursive"):
+        parse_yaml("a: &a [1, *a]")
+    with pytest.raises(YamlRefused, match="through aliases"):  # each anchor shallow, the expansion deep
+        parse_yaml("a0: &a0 " + "[" * 60 + "]" * 60 + "\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 80)))
+    assert time.monotonic() - t0 < 5
+    # ordinary anchors, aliases and merge keys still work
+    assert parse_yaml("base: &b {x: 1}\nitem:\n  <<: *b\n  y: 2\nlist: [*b, *b]\n") == {
+        "base": {"x": 1}, "item": {"x": 1, "y": 2}, "list": [{"x": 1}, {"x": 1}]}
+
+
+def test_disease_tree_alias_bomb_and_deep_yaml_are_one_line(tmp_path, capsys) -> None:
+    graph = tmp_path / "g"
+    bomb = tmp_path / "tree.yaml"
+    bomb.write_text("name: 测试树\n" + _alias_bomb() + "classes: [*l8]\n", encoding="utf-8")
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("name: x\nclasses: " + "[" * 3000 + "]" * 3000 + "\n", encoding="utf-8")
+    for src in (bomb, deep):
+        assert main(["graph", "add", "--create", "--graph", str(graph), "--format", "disease-tree", str(src)]) == 2
+        line = _one_line_error(capsys)
+        assert str(src) in line and len(line) < 400, line
+
+
+def test_kb_mapping_bomb_error_quotes_a_short_prefix(tmp_path, capsys) -> None:
+    csv = tmp_path / "kb.csv"
+    csv.write_text("id,name\nDSI1,fz\n", encoding="utf-8")
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text(_alias_bomb() + "entities:\n  id_column: *l8\n  name_column: name\n  type: x\n", encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv),
+                 "-o", f"mapping={mapping}"]) == 2
+    line = _one_line_error(capsys)
+    assert str(mapping) in line and len(line) < 400, line
+
+
+def test_recipe_yaml_bomb_and_bad_value_are_short(tmp_path) -> None:
+    from bencao.config import from_dict, read_yaml
+    from bencao.errors import ConfigError
+    from bencao.io import ReadLimits
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(_alias_bomb(), encoding="utf-8")
+    with pytest.raises(ConfigError, match="alias bomb") as exc:
+        read_yaml(recipe)
+    assert len(str(exc.value)) < 300
+    with pytest.raises(ConfigError) as exc:
+        from_dict(ReadLimits, {"max_ratio": ["x" * 10_000]}, where="opts")
+    assert len(str(exc.value)) < 200
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", ".nan"])
+def test_nan_option_refused(tmp_path, capsys, value) -> None:
+    src = tmp_path / "terms.jsonl"
+    src.write_bytes(_terms(3))
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src),
+                 "-o", f"max_ratio={value}"]) == 2
+    assert "finite number" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("body", ["sex: [a, b]\n", "- just a list\n", "age_groups: {old: {ages: 60}}\n", "disease_patterns: {x: [1]}\n",
+                                  "history_patterns: '(x)'\n", "colour: red\n"])
+def test_wrong_shaped_case_lexicon_is_one_line(tmp_path, capsys, body) -> None:
+    lex = tmp_path / f"lex{abs(hash(body))}.yaml"
+    lex.write_text(body, encoding="utf-8")
+    src = tmp_path / "cases.jsonl"
+    src.write_text(json.dumps({"case_id": "c1", "sex": "女", "age": 37, "text": "患者，女，37岁。口干。"}, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "cases-jsonl", str(src),
+                 "-o", f"lexicon={lex}"]) == 2
+    line = _one_line_error(capsys)
+    assert str(lex) in line, line

@@ -35,8 +35,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bencao.errors import InputError
 from bencao.io import check_name, content_hash, iter_jsonl, read_text, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
@@ -251,12 +249,12 @@ def _tree_classes(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 root["children"].append({"name": l2, "code": v.get("level2_code", "").strip(),
                                          "keywords": [k.strip() for k in v.get("keywords", "").split("|") if k.strip()]})
         return path.stem, list(roots.values())
-    try:
-        data = yaml.safe_load(read_text(path, guess=False))  # structured data: UTF-8, or the encoding option
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        why = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
-        raise InputError(path, f"invalid YAML: {why}", record=f"line {mark.line + 1}" if mark else None) from None
+    from bencao.config import YamlRefused, parse_yaml
+
+    try:  # depth and alias-expansion budgets: a 600-byte alias bomb is refused, not walked
+        data = parse_yaml(read_text(path, guess=False))  # structured data: UTF-8, or the encoding option
+    except YamlRefused as exc:
+        raise InputError(path, exc.problem, record=f"line {exc.line}" if exc.line else None) from None
     if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
         raise InputError(path, "expected a mapping with a 'classes' list (each {name, code, keywords, children})")
     return str(data.get("name") or path.stem), data["classes"]
