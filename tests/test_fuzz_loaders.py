@@ -206,6 +206,23 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "html", fn, b"<html><body>not an ontology</body></html>\n"),
             Case(fmt, "truncated", fn, base[: len(base) * 2 // 3]),
         ]
+    if fmt == "skos":
+        concept = {"@id": "http://example.org/fz/one", "http://www.w3.org/2004/02/skos/core#prefLabel": "fz"}
+        cases += [  # nothing outside the file is read: 127.0.0.1:9 (discard) would only be reached by a fetch
+            Case(fmt, "jsonld-http-context", "c.jsonld", json.dumps({**concept, "@context": "http://127.0.0.1:9/ctx.jsonld"}).encode()),
+            Case(fmt, "jsonld-file-context", "c.jsonld", json.dumps({**concept, "@context": "file:///etc/hostname"}).encode()),
+            Case(fmt, "jsonld-relative-context", "c.jsonld", json.dumps({**concept, "@context": ["ctx.jsonld"]}).encode()),
+            Case(fmt, "jsonld-import", "c.jsonld", json.dumps({**concept, "@context": {"@version": 1.1, "@import": "http://127.0.0.1:9/c"}}).encode()),
+        ]
+    if fmt in ("skos", "owl"):
+        xml_fn = "c.rdf" if fmt == "skos" else fn
+        xml_base = TEMPLATES["owl"].make("fuzz name")
+        laughs = b'<!ENTITY l0 "lol">' + b"".join(f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10}">'.encode() for i in range(1, 10))
+        for name, dtd, label in [("xml-external-entity", b'<!ENTITY x SYSTEM "file:///etc/hostname">', b"a &x;"),
+                                 ("xml-billion-laughs", laughs, b"&l9;"),
+                                 ("xml-parameter-entity", b'<!ENTITY % p SYSTEM "http://127.0.0.1:9/p">%p;', b"a")]:
+            doc = xml_base.replace(b"<rdf:RDF", b"<!DOCTYPE rdf:RDF [" + dtd + b"]>\n<rdf:RDF", 1).replace(b"fuzz name", label)
+            cases.append(Case(fmt, name, xml_fn, doc))
     if fmt == "owl":
         cases.append(Case(fmt, "no-ontology-element", fn, b'<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"/>\n'))
     if fmt == "obo":

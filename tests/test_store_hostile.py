@@ -171,3 +171,145 @@ def test_wrong_shaped_case_lexicon_is_one_line(tmp_path, capsys, body) -> None:
                  "-o", f"lexicon={lex}"]) == 2
     line = _one_line_error(capsys)
     assert str(lex) in line, line
+
+
+# --------------------------------------------------------------------------- 2. SKOS fetches nothing; XML entities
+
+
+_SKOS_JSONLD = {"@id": "http://example.org/fz/one", "@type": "http://www.w3.org/2004/02/skos/core#Concept",
+                "http://www.w3.org/2004/02/skos/core#prefLabel": [{"@value": "fuzz one", "@language": "en"}]}
+
+
+class _Recorder:
+    """An HTTP server on 127.0.0.1 (a free port) that records requests and answers a JSON-LD context;
+    stopped when the test ends."""
+
+    def __enter__(self) -> "_Recorder":
+        import http.server
+        import threading
+
+        self.requests: list[str] = []
+        recorder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                recorder.requests.append(self.path)
+                body = json.dumps({"@context": {"label": "http://www.w3.org/2004/02/skos/core#prefLabel"}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/ld+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/ctx.jsonld"
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+@pytest.mark.parametrize("where", ["top", "list", "scoped", "import"])
+def test_skos_jsonld_http_context_is_never_fetched(tmp_path, where) -> None:
+    g = Graph.create(tmp_path / "g")
+    with _Recorder() as server:
+        doc: dict = dict(_SKOS_JSONLD)
+        if where == "top":
+            doc["@context"] = server.url
+        elif where == "list":
+            doc["@context"] = [{"skos": "http://www.w3.org/2004/02/skos/core#"}, server.url]
+        elif where == "scoped":
+            doc["@context"] = {"x": {"@id": "http://example.org/x", "@context": server.url}}
+        else:
+            doc["@context"] = {"@version": 1.1, "@import": server.url}
+        src = tmp_path / "c.jsonld"
+        src.write_text(json.dumps(doc), encoding="utf-8")
+        with pytest.raises(InputError, match="never fetched"):
+            ingest_file(g, "skos", src)
+        assert server.requests == []
+
+
+def test_skos_jsonld_file_context_is_never_read(tmp_path) -> None:
+    g = Graph.create(tmp_path / "g")
+    ctx = tmp_path / "ctx.jsonld"
+    ctx.write_text(json.dumps({"@context": {"label": "http://www.w3.org/2004/02/skos/core#prefLabel"}}), encoding="utf-8")
+    for ref in (ctx.as_uri(), "ctx.jsonld", "file:///etc/hostname"):
+        src = tmp_path / "c.jsonld"
+        src.write_text(json.dumps({**_SKOS_JSONLD, "@context": ref}), encoding="utf-8")
+        with pytest.raises(InputError, match="never fetched"):
+            ingest_file(g, "skos", src)
+    # and an inline context still works
+    src.write_text(json.dumps({"@context": {"skos": "http://www.w3.org/2004/02/skos/core#"}, **_SKOS_JSONLD}), encoding="utf-8")
+    ingest_file(g, "skos", src)
+    assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE name = 'fuzz one'").fetchone()[0] == 1
+
+
+_RDF_HEAD = ('<?xml version="1.0"?>\n{dtd}<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" '
+             'xmlns:skos="http://www.w3.org/2004/02/skos/core#">\n'
+             '<skos:Concept rdf:about="http://example.org/fz/one"><skos:prefLabel xml:lang="en">{label}</skos:prefLabel></skos:Concept>\n'
+             '</rdf:RDF>\n')
+
+
+def _laughs() -> str:
+    ents = '<!ENTITY l0 "lol">' + "".join(f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10}">' for i in range(1, 10))
+    return f"<!DOCTYPE rdf:RDF [{ents}]>\n"
+
+
+@pytest.mark.parametrize("fmt,suffix", [("skos", ".rdf"), ("owl", ".owl")])
+@pytest.mark.parametrize("case", ["external-file", "external-http", "parameter", "billion-laughs", "external-dtd"])
+def test_xml_entities_refused(tmp_path, fmt, suffix, case) -> None:
+    import time
+
+    g = Graph.create(tmp_path / "g")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET", encoding="utf-8")
+    dtd, label = {
+        "external-file": (f'<!DOCTYPE rdf:RDF [<!ENTITY x SYSTEM "{secret.as_uri()}">]>\n', "a &x;"),
+        "external-http": ('<!DOCTYPE rdf:RDF [<!ENTITY x SYSTEM "http://127.0.0.1:9/x">]>\n', "a &x;"),
+        "parameter": ('<!DOCTYPE rdf:RDF [<!ENTITY % p "x">]>\n', "a"),
+        "billion-laughs": (_laughs(), "&l9;"),
+        "external-dtd": ('<!DOCTYPE rdf:RDF SYSTEM "http://127.0.0.1:9/x.dtd">\n', "a"),
+    }[case]
+    src = tmp_path / f"c{suffix}"
+    body = _RDF_HEAD.format(dtd=dtd, label=label)
+    if fmt == "owl":
+        body = body.replace("<skos:Concept", '<owl:Ontology rdf:about="http://x/o"/><skos:Concept').replace(
+            "xmlns:skos=", 'xmlns:owl="http://www.w3.org/2002/07/owl#" xmlns:skos=')
+    src.write_text(body, encoding="utf-8")
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match="refused"):
+        ingest_file(g, fmt, src)
+    assert time.monotonic() - t0 < 5
+
+
+def test_xml_internal_entities_still_read(tmp_path) -> None:
+    """Protégé-style entities that shorten IRIs are fine."""
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / "c.rdf"
+    src.write_text(_RDF_HEAD.format(dtd='<!DOCTYPE rdf:RDF [<!ENTITY fz "http://example.org/fz/">]>\n', label="fuzz one")
+                   .replace('"http://example.org/fz/one"', '"&fz;one"'), encoding="utf-8")
+    ingest_file(g, "skos", src)
+    assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE name = 'fuzz one'").fetchone()[0] == 1
+
+
+@pytest.mark.parametrize("fmt,suffix", [("skos", ".rdf"), ("owl", ".owl")])
+@pytest.mark.parametrize("option", [None, "latin-1"])
+def test_xml_declared_encoding_honoured_once(tmp_path, fmt, suffix, option) -> None:
+    g = Graph.create(tmp_path / "g")
+    body = _RDF_HEAD.format(dtd="", label="Jalapeño").replace('<?xml version="1.0"?>', '<?xml version="1.0" encoding="ISO-8859-1"?>')
+    if fmt == "owl":
+        body = body.replace("<skos:Concept", '<owl:Ontology rdf:about="http://x/o"/><owl:Class rdf:about="http://x/J">'
+                            '<rdfs:label>Jalapeño</rdfs:label></owl:Class><skos:Concept').replace(
+            "xmlns:skos=", 'xmlns:owl="http://www.w3.org/2002/07/owl#" xmlns:rdfs="http://www.w3.org/2000/01/rdf-schema#" xmlns:skos=')
+    src = tmp_path / f"c{suffix}"
+    src.write_bytes(body.encode("latin-1"))
+    ingest_file(g, fmt, src, {"encoding": option} if option else None)
+    names = {r[0] for r in g.conn.execute("SELECT name FROM entities")}
+    assert "Jalapeño" in names and not any("Ã" in n for n in names), names
