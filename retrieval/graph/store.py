@@ -162,6 +162,7 @@ class DocumentBuilder:
         self._snippet_ord: Counter[str] = Counter()
         self._local_names: dict[tuple[str, str], str] = {}
         self._attrs_cache: dict[tuple, str] = {}
+        self._graph_names: dict[tuple[str, str], str | None] = {}  # (type, key) → id in the graph, prefetched
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
@@ -204,7 +205,10 @@ class DocumentBuilder:
         type = check_name(type, "entity type")
         key = norm_key(name)
         if id is None:
-            id = self._local_names.get((type, key)) or self.graph.find_entity_id(key, type) or entity_id_for(name, type)
+            id = self._local_names.get((type, key))
+            if id is None:
+                known = self._graph_names.get((type, key), False)
+                id = (self.graph.find_entity_id(key, type) if known is False else known) or entity_id_for(name, type)
         ent = self.entities.get(id)
         if ent is None:
             ent = self.entities[id] = _Entity(id, name, key, type, layer)
@@ -216,6 +220,24 @@ class DocumentBuilder:
         for alias, kind in aliases:
             self.alias(id, alias, kind)
         return id
+
+    def prefetch_names(self, type_: str, names: Iterable[str]) -> None:
+        """Look up in one query per 500 names which of ``names`` the graph already knows as entities of
+        ``type_`` (what :meth:`entity` would ask one name at a time): loaders of large tables call it per batch."""
+        keys = sorted({k for k in (norm_key(n) for n in names if n and n.strip()) if k and (type_, k) not in self._graph_names})
+        for chunk in _chunks(keys, 500):
+            q = ",".join("?" * len(chunk))
+            best: dict[str, tuple[int, int, str]] = {}
+            for norm, eid, is_name, rowid in self.graph.conn.execute(
+                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a JOIN entities e ON e.id = a.entity_id "
+                    f"WHERE a.norm IN ({q}) AND e.type=?", (*chunk, type_)):
+                rank = (-int(is_name), rowid, eid)
+                if norm not in best or rank < best[norm]:
+                    best[norm] = rank
+            for k in chunk:
+                self._graph_names[(type_, k)] = best[k][2] if k in best else None
+        if len(self._graph_names) > 2_000_000:  # bounded: a miss only costs the one-name query
+            self._graph_names.clear()
 
     def alias(self, entity_id: str, alias: str, kind: str) -> None:
         if not alias.strip():
