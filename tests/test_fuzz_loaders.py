@@ -184,6 +184,16 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "unterminated-quote", fn, header + b'\n"' + row),
             Case(fmt, "duplicate-column", fn, header + b"," + header.split(b",")[0] + b"\n" + row.rstrip(b"\n") + b",x\n"),
         ]
+    if fmt in ("catalog-csv", "kb-csv", "cases-csv"):
+        header, row = base.split(b"\n", 1)
+        cell = "\n".join(["味甘平"] * 200).encode()  # short physical lines, one long quoted cell
+        fields = row.rstrip(b"\n").split(b",")
+        fields[-1] = b'"' + cell + b'"'
+        cases.append(Case(fmt, "multiline-cell-over-cap", fn, header + b"\n" + b",".join(fields) + b"\n", options=("max_line_bytes=512",)))
+    if fmt == "sections-jsonl":
+        cases.append(Case(fmt, "deep-heading-path", fn, _jsonl({"book": "书", "path": ["书", *["卷"] * 5000, "篇"], "title": "篇", "text": "味甘。"})))
+    if fmt == "books-txt":
+        cases.append(Case(fmt, "deep-heading-path", fn, ("<篇名>书\n<目录>" + "\\".join(["卷"] * 5000) + "\n<篇名>篇\n内容：味甘。\n").encode()))
     if fmt == "kb-csv":
         mapping = t.extra["map.yaml"]
         cases += [
