@@ -175,13 +175,22 @@ def limits_from_options(options: dict[str, Any], where: str) -> ReadLimits:
         if getattr(limits, key) <= 0:
             raise BencaoError(f"{where}: option {key}={getattr(limits, key)!r}: expected a positive number")
     if limits.encoding:
-        import codecs
-
-        try:
-            codecs.lookup(limits.encoding)
-        except LookupError:
-            raise BencaoError(f"{where}: option encoding={limits.encoding!r}: unknown encoding") from None
+        check_encoding(limits.encoding, where)
     return limits
+
+
+def check_encoding(encoding: str, where: str) -> str:
+    """``encoding`` when it names a text encoding; BencaoError for an unknown one or a codec that is
+    not text (rot13, base64, hex, zlib: bytes-to-bytes or str-to-str transforms)."""
+    import codecs
+
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise BencaoError(f"{where}: option encoding={encoding!r}: unknown encoding") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise BencaoError(f"{where}: option encoding={encoding!r}: not a text encoding (use e.g. utf-8, gb18030, big5, latin-1)")
+    return encoding
 
 
 def set_record(where: str | None) -> None:
@@ -552,6 +561,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        faults.call("file.write")
         yield tmp_path
         os.replace(tmp_path, path)
     finally:

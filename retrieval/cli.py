@@ -94,12 +94,20 @@ def add(
 
     with writer_lock(graph), Graph.open(graph, create=create) as g:  # one writer at a time: others wait, then go on
         doc_id, added, counts = ingest_file(g, format, path, _parse_options(option or []), title=title, licence=licence)
-        if added:
-            g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
-            fault("add.manifest")
-            _reintegrate(g)
-        # also when unchanged: a run killed between its commit and this step left the indexes behind
-        refreshed = refresh_indexes(g)
+        try:
+            if added:
+                g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
+                fault("add.manifest")
+                _reintegrate(g)
+            # also when unchanged: a run killed between its commit and this step left the indexes behind
+            refreshed = refresh_indexes(g)
+        except OSError as exc:
+            from bencao.errors import DiskFull, is_disk_full
+
+            if not is_disk_full(exc):
+                raise
+            raise DiskFull(f"no space left on device while writing {exc.filename or graph}; the document {doc_id} is in the graph "
+                           "but its indexes are behind (temporary files removed): free some space and run the command again") from None
         if added:
             typer.echo(f"added {doc_id} ({path.name}): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
         else:

@@ -369,3 +369,86 @@ def test_catalogue_looks_names_up_in_batches(tmp_path) -> None:
     assert len(statements) < 100, len(statements)
     g.commit(b)
     assert g.conn.execute("SELECT COUNT(*) FROM triples WHERE relation = 'variant_of' AND head_id IN (SELECT entity_id FROM aliases WHERE alias LIKE '甲%')").fetchone()[0] == 3000
+
+
+# --------------------------------------------------------------------------- 4. full disk, encodings that are not text
+
+
+def test_sqlite_full_is_one_clean_error_not_cannot_rollback(tmp_path) -> None:
+    """A real SQLITE_FULL (the store capped with max_page_count): SQLite rolls back by itself, the
+    explicit ROLLBACK must not mask it; the graph is unchanged and still writable."""
+    from bencao.errors import DiskFull
+
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / "terms.jsonl"
+    src.write_bytes(_terms(20000))
+    pages = g.conn.execute("PRAGMA page_count").fetchone()[0]
+    g.conn.execute(f"PRAGMA max_page_count = {pages + 20}")
+    with pytest.raises(DiskFull, match=r"no space left on device while writing .*graph.sqlite; the previous version is unchanged"):
+        ingest_file(g, "foodon-jsonl", src)
+    assert not g.conn.in_transaction
+    assert g.conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0] == 0
+    g.conn.execute("PRAGMA max_page_count = 1073741823")
+    src.write_bytes(_terms(50))
+    ingest_file(g, "foodon-jsonl", src)
+    assert g.conn.execute("SELECT COUNT(*) FROM entities").fetchone()[0] == 50
+
+
+def _leftovers(d: Path) -> list[str]:
+    return sorted(str(p.relative_to(d)) for p in d.rglob("*") if ".tmp" in p.name)
+
+
+def test_full_disk_at_each_write_of_an_add(tmp_path, capsys) -> None:
+    """ENOSPC injected at the n-th write (SQLite statement or index/manifest file) of `graph add` on an
+    indexed graph, for every n until the add gets through: each run ends in one line, leaves no
+    temporary file, and the graph answers the add again once space is back."""
+    import errno
+    import shutil
+
+    from tests.retrieval_graphs import build_tcm_graph
+
+    base = tmp_path / "base"
+    build_tcm_graph(base).close()
+    book = tmp_path / "葛根.txt"
+    book.write_text("<篇名>葛根\n内容：葛根，味甘，平。主消渴，身大热，呕吐，诸痹。\n", encoding="utf-8")
+    failed_at = []
+    for n in range(1, 40):
+        graph = tmp_path / f"g{n}"
+        shutil.copytree(base, graph)
+        seen = {"n": 0}
+
+        def full(kind: str) -> None:
+            seen["n"] += 1
+            if seen["n"] == n:
+                if kind == "sqlite":
+                    raise sqlite3.OperationalError("database or disk is full")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+            rc = main(["graph", "add", str(book), "--graph", str(graph), "--format", "books-txt"])
+        if rc == 0:
+            capsys.readouterr()
+            break
+        failed_at.append(n)
+        line = _one_line_error(capsys)
+        assert "no space left on device" in line, line
+        assert _leftovers(graph) == [], _leftovers(graph)
+        assert main(["graph", "add", str(book), "--graph", str(graph), "--format", "books-txt"]) == 0
+        capsys.readouterr()
+        with Graph.open(graph, read_only=True) as g:
+            assert [d["source"] for d in g.documents()].count("葛根.txt") == 1
+            from bencao.retrieval.index import open_indexes
+
+            assert open_indexes(g).lexical_search("snippets", "葛根 消渴", 3)
+    assert len(failed_at) >= 4, failed_at  # SQLite writes and index files were both hit
+
+
+@pytest.mark.parametrize("enc", ["rot13", "base64", "hex", "zlib"])
+@pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("catalog-csv", "c.csv")])
+def test_non_text_codec_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
+    src = tmp_path / name
+    src.write_bytes(_terms(2) if fmt == "foodon-jsonl" else "<篇名>书\n内容：味甘。\n".encode() if fmt == "books-txt" else
+                    b"mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\nM1,a,a,,1,1,x,2020,u,\n")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", f"encoding={enc}"]) == 2
+    line = _one_line_error(capsys)
+    assert "not a text encoding" in line, line

@@ -30,7 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from bencao.errors import BencaoError
+from bencao import faults
+from bencao.errors import BencaoError, DiskFull, is_disk_full
 from bencao.io import atomic_write_json, check_name, check_text, content_hash
 from bencao.text import norm_key
 
@@ -390,7 +391,9 @@ class Graph:
                     "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
                 )
+                faults.call("sqlite.write")
                 c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
+                faults.call("sqlite.write")
                 c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
                 ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
                 c.executemany(
@@ -401,11 +404,13 @@ class Graph:
                     "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
                     [(e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
                 )
+                faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
                     [(k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()],
                 )
                 c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
+                faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
                     list(b.triples.values()),
@@ -450,9 +455,19 @@ class Graph:
                 c.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
                           "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
                 c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (uuid.uuid4().hex,))  # graphs made before it existed
+                faults.call("sqlite.write")
                 c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
+            except BaseException as exc:
+                # SQLite may already have rolled back by itself (SQLITE_FULL, SQLITE_IOERR): an explicit
+                # ROLLBACK then fails with "no transaction is active" and would hide the real error
+                if c.in_transaction:
+                    try:
+                        c.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if is_disk_full(exc):
+                    raise DiskFull(f"no space left on device while writing {self.dir / DB_NAME}; the previous version is unchanged "
+                                   "(free some space and run the command again)") from None
                 raise
 
     def generation(self) -> int:
