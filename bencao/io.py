@@ -342,6 +342,108 @@ def _looks_single_byte(data: bytes) -> bool:
     return high > 0 and pairs / high > 0.5
 
 
+#: Characters that are rare in Chinese text but what Big5 read as GB18030 (or the reverse) is full of:
+#: private use, replacement, kana, half-width katakana, Greek, Cyrillic, pinyin letters, box drawing, small forms.
+_ODD = re.compile("[\ue000-\uf8ff\ufffd\u3040-\u30ff\uff61-\uff9f\u0370-\u03ff\u0400-\u04ff\u0100-\u024f\u2500-\u257f\ufe50-\ufe6f]")
+_PUA = re.compile("[\ue000-\uf8ff\ufffd]")
+_NON_ASCII = re.compile("[^\x00-\x7f]")
+#: Chinese double-byte encodings told apart when guessing (both decode almost any high bytes).
+_CHINESE = ("gb18030", "big5")
+_CHINESE_CODECS = {"gb18030", "gbk", "gb2312", "big5", "cp950", "big5hkscs", "hz", "euc_cn"}
+_SAMPLE = 1 << 20
+
+
+def _oddness(text: str) -> tuple[int, int, int]:
+    """(private-use/replacement characters, odd characters (see _ODD), non-ASCII characters) of ``text``."""
+    return len(_PUA.findall(text)), len(_ODD.findall(text)), len(_NON_ASCII.findall(text))
+
+
+def guess_chinese(data: bytes) -> str:
+    """``gb18030`` or ``big5`` for bytes that are not UTF-8: the one whose decoding has fewer undecodable
+    bytes and fewer odd characters (kana, Greek, private use ... are what Big5 read as GB18030 gives);
+    GB18030 on a tie."""
+    head = data
+    if len(data) > _SAMPLE:
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        head = data[: cut if cut > 0 else _SAMPLE]
+    best, best_score = "gb18030", None
+    for enc in _CHINESE:
+        text = head.decode(enc, "replace")
+        pua, odd, _ = _oddness(text)
+        score = odd + 10 * pua
+        if best_score is None or score < best_score:
+            best, best_score = enc, score
+    return best
+
+
+def check_decoded(data: bytes, encoding: str, path: Path, declared: bool) -> None:
+    """Refuse bytes that ``encoding`` decodes into implausible text.
+
+    A declared legacy encoding over bytes that are valid UTF-8 (with non-ASCII) is refused (``-o
+    encoding=gb18030`` on a UTF-8 file stores mojibake); so is a decoding where more than 2 % of
+    the non-ASCII characters are private-use or replacement characters, and, for the Chinese
+    encodings, one where more than 10 % are kana/Greek/Cyrillic/pinyin/box drawing while the other
+    Chinese encoding reads the bytes cleanly (Big5 read as GB18030, or the reverse). Only the first
+    MiB is judged."""
+    name = codec_name(encoding)
+    if name.startswith("utf") or name in ("ascii",):
+        return
+    head = data
+    if len(data) > _SAMPLE:  # judge whole lines of the first MiB
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        head = data[: cut if cut > 0 else _SAMPLE]
+    if head.isascii():
+        return
+    how = "declared" if declared else "detected"
+    if declared:
+        _utf8_under_declared(head, encoding, path)
+    text = head.decode(encoding, "replace")
+    pua, odd, nonascii = _oddness(text)
+    if nonascii < 8:
+        return
+    implausible = pua > max(2, nonascii * 0.02)
+    if not implausible and not (name in _CHINESE_CODECS and odd > nonascii * 0.10):
+        return
+    alt = _clean_alternative(head, name)
+    hint = f" and it reads cleanly as {alt}: give -o encoding={alt}" if alt else " (give the right encoding option: gb18030, big5, ...)"
+    if implausible:
+        raise InputError(path, f"read as {encoding} ({how}), {pua:,} of {nonascii:,} non-ASCII characters are private-use or "
+                               f"undecodable: not {encoding} text{hint}")
+    if alt:  # kana/Greek/... alone may be real text: refused only when the other encoding is clean
+        raise InputError(path, f"read as {encoding} ({how}) the text is implausible ({odd:,} of {nonascii:,} non-ASCII "
+                               f"characters are kana, Greek, Cyrillic, pinyin or box drawing){hint}")
+
+
+def _utf8_under_declared(data: bytes, encoding: str, path: Path) -> None:
+    """Refuse a declared legacy encoding over bytes that are UTF-8 with non-ASCII text."""
+    if len(data) > _SAMPLE:  # judge whole lines of the first MiB
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        data = data[: cut if cut > 0 else _SAMPLE]
+    if codec_name(encoding).startswith("utf") or data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    raise InputError(path, f"encoding={encoding} is declared but the bytes are UTF-8 (read as {encoding} they would be "
+                           "mojibake): drop the encoding option")
+
+
+def _clean_alternative(head: bytes, name: str) -> str | None:
+    """The other Chinese encoding that decodes ``head`` without errors into plausible text, if any."""
+    for alt in _CHINESE:
+        if codec_name(alt) == name:
+            continue
+        try:
+            alt_text = head.decode(alt)
+        except UnicodeDecodeError:
+            continue
+        a_pua, a_odd, a_non = _oddness(alt_text)
+        if a_pua == 0 and a_odd <= a_non * 0.01:
+            return alt
+    return None
+
+
 def _encoding_hint(data: bytes, start: int) -> str:
     """A guess at what the bytes that are not UTF-8 are, from the run of non-ASCII bytes at ``start``."""
     end = start
@@ -395,8 +497,10 @@ def decode_text(data: bytes, path: str | Path, encoding: str | None = None, gues
         except LookupError:
             raise InputError(path, f"unknown encoding {encoding!r}") from None
         except UnicodeDecodeError as exc:
+            _utf8_under_declared(data[:_SAMPLE], encoding, path)
             raise InputError(path, f"cannot decode as {encoding}: byte 0x{data[exc.start:exc.start + 1].hex()}",
                              record=f"line {_line_of(data, exc.start)}") from None
+        check_decoded(data, encoding, path, declared=True)
         return text[1:] if text.startswith("\ufeff") else text
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
@@ -407,12 +511,14 @@ def decode_text(data: bytes, path: str | Path, encoding: str | None = None, gues
         if not guess:
             raise _not_utf8(data, path, exc) from None
         first = exc
+    enc = guess_chinese(data)
     try:
-        text = data.decode("gb18030")
+        text = data.decode(enc)
     except UnicodeDecodeError:
-        raise _not_utf8(data, path, first, allowed="UTF-8 or GB18030") from None
-    if _looks_single_byte(data):
+        raise _not_utf8(data, path, first, allowed="UTF-8, GB18030 or Big5") from None
+    if enc == "gb18030" and _looks_single_byte(data):
         raise _not_utf8(data, path, first, allowed="UTF-8, and GB18030 would give mojibake") from None
+    check_decoded(data, enc, path, declared=False)
     return text
 
 
@@ -437,9 +543,18 @@ def iter_lines(path: str | Path, encoding: str | None = None) -> Iterator[tuple[
     a NUL byte, is refused naming its number. Each line read becomes the current record.
     """
     path = Path(path)
-    encoding = encoding or read_limits().encoding or "utf-8"
+    declared = encoding or read_limits().encoding
+    encoding = declared or "utf-8"
     utf8 = codec_name(encoding) == "utf-8"
+    sample: list[bytes] | None = [] if declared and not utf8 else None  # the first MiB, to check the declared encoding
+    size = 0
     for lineno, raw in iter_raw_lines(path):
+        if sample is not None:
+            sample.append(raw)
+            size += len(raw) + 1
+            if size >= _SAMPLE:
+                check_decoded(b"\n".join(sample), encoding, path, declared=True)
+                sample = None
         if lineno == 1:
             if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
                 raise InputError(path, "UTF-16 text (byte-order mark); convert it to UTF-8")
@@ -452,9 +567,12 @@ def iter_lines(path: str | Path, encoding: str | None = None) -> Iterator[tuple[
         except UnicodeDecodeError as exc:
             if utf8:
                 raise _not_utf8(raw, path, exc, line=lineno) from None
+            _utf8_under_declared(raw, encoding, path)
             raise InputError(path, f"cannot decode as {encoding}: byte 0x{raw[exc.start:exc.start + 1].hex()}", record=f"line {lineno}") from None
         _RECORD.set(f"line {lineno}")
         yield lineno, line
+    if sample:
+        check_decoded(b"\n".join(sample), encoding, path, declared=True)
 
 
 # --------------------------------------------------------------------------- values

@@ -159,6 +159,13 @@ def _cases(fmt: str) -> list[Case]:
         Case(fmt, "wrong-encoding-declared", fn, _with(t, "大枣".encode("utf-8")), options=("encoding=ascii",)),
         Case(fmt, "unknown-encoding-declared", fn, base, options=("encoding=no-such-codec",)),
     ]
+    big5_name = "丹砂雲母養精神安魂魄益氣明目殺精魅邪惡鬼"
+    cases += [  # Big5 declared as GB18030 (mojibake with kana and private-use characters), UTF-8 declared as a legacy encoding
+        Case(fmt, "big5-declared-gb18030", fn, t.make(big5_name).decode("utf-8").encode("big5", "replace"), options=("encoding=gb18030",)),
+        Case(fmt, "utf8-declared-gb18030", fn, t.make("大枣鲜品"), options=("encoding=gb18030",)),
+        Case(fmt, "utf8-declared-latin1", fn, t.make("Jalapeño"), options=("encoding=latin-1",)),
+        Case(fmt, "not-a-text-codec", fn, base, options=("encoding=rot13",)),
+    ]
     if fmt not in ("books-txt", "books-md"):  # running text may be GB18030; structured formats must say so
         cases.append(Case(fmt, "gb18030-undeclared", fn, t.make("大枣").decode("utf-8").encode("gb18030")))
     if t.names_checked:

@@ -452,3 +452,65 @@ def test_non_text_codec_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", f"encoding={enc}"]) == 2
     line = _one_line_error(capsys)
     assert "not a text encoding" in line, line
+
+
+# --------------------------------------------------------------------------- 5. Big5 vs GB18030, declared encodings checked
+
+_BIG5_BOOK = ("<篇名>神農本草經\n書名：神農本草經\n<目錄>卷上\n<篇名>丹砂\n內容：丹砂，味甘，微寒。主身體五臟百病，養精神，安魂魄，益氣明目，"
+              "殺精魅邪惡鬼。久服通神明不老。能化為汞。生山谷。\n<篇名>雲母\n內容：雲母，味甘，平。主身皮死肌，中風寒熱，如在車船上，"
+              "除邪氣，安五臟，益子精，明目。\n")
+
+
+@pytest.mark.parametrize("fmt,name,make", [
+    ("books-txt", "本經.txt", lambda: _BIG5_BOOK.replace("目錄", "目录").encode("big5", "replace").replace(b"<\xa5\xd8\xbf\xfd>", b"")),
+    ("books-md", "本經.md", lambda: "# 神農本草經\n\n## 丹砂\n\n丹砂，味甘，微寒。主身體五臟百病，養精神，安魂魄，益氣明目。\n\n## 雲母\n\n雲母，味甘，平。主身皮死肌，中風寒熱。\n".encode("big5")),
+])
+def test_big5_book_detected_not_stored_as_gb18030_mojibake(tmp_path, fmt, name, make) -> None:
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / name
+    src.write_bytes(make())
+    ingest_file(g, fmt, src)
+    titles = {r[0] for r in g.conn.execute("SELECT title FROM sections")}
+    assert "丹砂" in titles and "雲母" in titles, titles
+    texts = "".join(r[0] for r in g.conn.execute("SELECT text FROM snippets"))
+    assert "五臟" in texts and not any("\ue000" <= ch <= "\uf8ff" or "\u3040" <= ch <= "\u30ff" for ch in texts)
+
+
+def _big5_terms() -> bytes:
+    return "".join(json.dumps({"id": f"FZ:{i}", "label": f"丹砂雲母{i}號，養精神安魂魄"}, ensure_ascii=False) + "\n" for i in range(20)).encode("big5")
+
+
+@pytest.mark.parametrize("fmt,name,data", [
+    ("foodon-jsonl", "t.jsonl", _big5_terms),
+    ("catalog-csv", "c.csv", lambda: ("mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\n"
+                                      + "".join(f"M{i},雲母養精神{i},雲母養精神{i},,1,1,衛生署公告,2020,u,限量使用\n" for i in range(20))).encode("big5")),
+    ("books-txt", "b.txt", lambda: _BIG5_BOOK.encode("big5", "replace")),
+])
+def test_declared_gb18030_on_big5_bytes_refused(tmp_path, capsys, fmt, name, data) -> None:
+    src = tmp_path / name
+    src.write_bytes(data())
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", "encoding=gb18030"]) == 2
+    line = _one_line_error(capsys)
+    assert "encoding=big5" in line, line
+    assert main(["graph", "add", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", "encoding=big5"]) == 0
+
+
+@pytest.mark.parametrize("enc", ["gb18030", "big5", "latin-1"])
+@pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("ontology-json", "d.json")])
+def test_declared_legacy_encoding_on_utf8_bytes_refused(tmp_path, capsys, enc, fmt, name) -> None:
+    src = tmp_path / name
+    data = {"foodon-jsonl": _terms(1).replace(b"term 0", "大枣鲜品".encode()),
+            "books-txt": "<篇名>书\n内容：味甘平，主五脏邪气。\n".encode(),
+            "ontology-json": json.dumps([{"curie": "FZ:1", "label": "大枣鲜品"}], ensure_ascii=False).encode()}[fmt]
+    src.write_bytes(data)
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", f"encoding={enc}"]) == 2
+    assert "the bytes are UTF-8" in _one_line_error(capsys)
+
+
+def test_private_use_text_refused(tmp_path, capsys) -> None:
+    """GB18030's user-defined area decodes to private-use characters: a file full of them is not text."""
+    src = tmp_path / "t.jsonl"
+    pua = bytes([0xAA, 0xA1]) * 30
+    src.write_bytes(b'{"id": "FZ:1", "label": "' + pua + b'"}\n')
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src), "-o", "encoding=gb18030"]) == 2
+    assert "private-use" in _one_line_error(capsys)

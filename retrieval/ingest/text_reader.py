@@ -8,7 +8,11 @@ first line that had one). A file where more than one byte in 1,000 is undecodabl
 the detected encoding and is refused with the line of its first bad byte.
 
 Encoding: a BOM means UTF-8; otherwise the first MiB is decoded both ways and the encoding with
-fewer undecodable bytes wins (UTF-8 on a tie, e.g. pure ASCII); ``encoding=`` forces one.
+fewer undecodable bytes wins (UTF-8 on a tie, e.g. pure ASCII); bytes that are not UTF-8 are read
+as GB18030 or Big5, whichever gives fewer kana/Greek/private-use characters (what the other
+encoding's text turns into). ``encoding=`` forces one, and is checked on the first MiB
+(:func:`bencao.io.check_decoded`: UTF-8 bytes under a declared legacy encoding, or Big5 declared
+as GB18030, are refused).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_hasher, read_limits
+from bencao.io import check_decoded, guess_chinese, read_hasher, read_limits
 
 SNIFF_BYTES = 1 << 20
 #: More undecodable bytes than this per 1,000 bytes read refuses the file.
@@ -39,13 +43,15 @@ def _count_bad(data: bytes, encoding: str) -> int:
 
 
 def sniff_encoding(head: bytes) -> str:
-    """``utf-8-sig`` / ``utf-8`` / ``gb18030`` for the first bytes of a file (see the module doc)."""
+    """``utf-8-sig`` / ``utf-8`` / ``gb18030`` / ``big5`` for the first bytes of a file (see the module doc)."""
     if head.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
     cut = head.rfind(b"\n")
     if cut > 0:
         head = head[:cut]  # do not judge a character cut in half at the sniff boundary
-    return "utf-8" if _count_bad(head, "utf-8") <= _count_bad(head, "gb18030") else "gb18030"
+    if _count_bad(head, "utf-8") <= _count_bad(head, "gb18030"):
+        return "utf-8"
+    return guess_chinese(head)  # Big5 decodes as GB18030 too, into kana, Greek and private-use mojibake
 
 
 class TextLines:
@@ -85,6 +91,8 @@ class TextLines:
             codecs.lookup(self.encoding)
         except LookupError:
             raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
+        # a declared encoding is checked, a detected one judged: Big5 read as GB18030 is refused, not stored
+        check_decoded(head[3:] if head.startswith(codecs.BOM_UTF8) else head, self.encoding, self.path, declared=bool(self.requested))
         fh.seek(0)
         hasher = read_hasher(self.path)  # graph add: the bytes parsed are checked against the document id
         enc = "utf-8" if self.encoding == "utf-8-sig" else self.encoding
