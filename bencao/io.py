@@ -144,6 +144,8 @@ def read_hasher(path: str | Path) -> _ReadHasher | None:
 
 
 _LIMITS: contextvars.ContextVar[ReadLimits] = contextvars.ContextVar("bencao_read_limits", default=ReadLimits())
+#: What the name/title normalisation changed while a file was read (counts for the add's summary).
+_CLEANED: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("bencao_cleaned", default=None)
 _RECORD: contextvars.ContextVar[str | None] = contextvars.ContextVar("bencao_current_record", default=None)
 
 
@@ -155,12 +157,24 @@ def read_limits() -> ReadLimits:
 @contextlib.contextmanager
 def using_limits(limits: ReadLimits) -> Iterator[ReadLimits]:
     """Read with ``limits`` inside the block; the record being read is tracked for error messages."""
-    t1, t2 = _LIMITS.set(limits), _RECORD.set(None)
+    t1, t2, t3 = _LIMITS.set(limits), _RECORD.set(None), _CLEANED.set({})
     try:
         yield limits
     finally:
         _LIMITS.reset(t1)
         _RECORD.reset(t2)
+        _CLEANED.reset(t3)
+
+
+def cleaned_counts() -> dict[str, int]:
+    """What :func:`check_name` and :func:`clean_title` changed inside the current :func:`using_limits` block."""
+    return dict(_CLEANED.get() or {})
+
+
+def _count(what: str, n: int = 1) -> None:
+    c = _CLEANED.get()
+    if c is not None:
+        c[what] = c.get(what, 0) + n
 
 
 def limits_from_options(options: dict[str, Any], where: str) -> ReadLimits:
@@ -596,9 +610,43 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+#: Invisible characters removed from names and titles: format characters (zero-width space/joiners,
+#: soft hyphen, word joiner, a BOM inside text, invisible operators, tags) and bidirectional controls
+#: (LRM/RLM/ALM, embeddings, overrides, isolates). Two names that print the same then match.
+INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+_TITLE_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+#: Longest section title kept; a longer one (a paragraph or a file pasted into a heading) is cut.
+MAX_TITLE_CHARS = 200
+
+
+def clean_title(value: str, what: str = "section title") -> str:
+    """A title normalised for storage: invisible characters removed, control characters and line
+    breaks (BEL, ESC, newlines) turned into one space, at most :data:`MAX_TITLE_CHARS` characters
+    (cut with '…'). Each change is counted for the add's summary. NUL and lone surrogates are refused."""
+    check_text(value, what)
+    title = value
+    if INVISIBLE.search(title):
+        n = len(title)
+        title = INVISIBLE.sub("", title)
+        _count("invisible_characters_removed", n - len(title))
+    if _TITLE_CONTROL.search(title):
+        title = " ".join(_TITLE_CONTROL.sub(" ", title).split())
+        _count("titles_with_control_characters")
+    title = title.strip()
+    if len(title) > MAX_TITLE_CHARS:
+        title = title[: MAX_TITLE_CHARS - 1] + "…"
+        _count("titles_cut")
+    return title
+
+
 def check_name(value: str, what: str = "name", max_chars: int | None = None) -> str:
-    """A name stripped of surrounding whitespace; refused when empty, over ``max_chars`` (default: the
-    limit in force), or holding control characters or lone surrogates."""
+    """A name stripped of surrounding whitespace and of invisible characters (:data:`INVISIBLE`,
+    counted); refused when empty, over ``max_chars`` (default: the limit in force), or holding
+    control characters or lone surrogates."""
+    if INVISIBLE.search(value):
+        n = len(value)
+        value = INVISIBLE.sub("", value)
+        _count("invisible_characters_removed", n - len(value))
     name = value.strip()
     if not name:
         raise InvalidValue(f"{what} is empty" + (" (whitespace only)" if value else ""))
@@ -635,6 +683,26 @@ def _bad_json_string(obj: Any, where: str = "") -> tuple[str, str] | None:
     return None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives the same key twice (``json.loads`` would keep the last, silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(f"duplicate key {k[:60]!r} in a JSON object (which value is meant?)")
+            seen.add(k)
+    return out
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` refusing objects with duplicate keys (:class:`DuplicateKey`)."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSONL file (``.gz`` allowed), streaming.
 
@@ -648,7 +716,9 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
             continue
         where = f"line {lineno}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
+        except DuplicateKey as exc:
+            raise InputError(path, str(exc), record=where) from None
         except json.JSONDecodeError as exc:
             raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", record=where) from None
         except RecursionError:

@@ -514,3 +514,86 @@ def test_private_use_text_refused(tmp_path, capsys) -> None:
     src.write_bytes(b'{"id": "FZ:1", "label": "' + pua + b'"}\n')
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src), "-o", "encoding=gb18030"]) == 2
     assert "private-use" in _one_line_error(capsys)
+
+
+# --------------------------------------------------------------------------- 6. invisible names, silent merges
+
+_INVISIBLES = ["\u200b", "\u200d", "\u202e", "\ufeff", "\u2066", "\u00ad"]
+
+
+def test_invisible_characters_removed_from_names_and_counted(tmp_path, capsys) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text("".join(json.dumps({"id": f"FZ:{i}", "label": f"大{ch}枣{i}", "synonyms": [f"红{ch}枣{i}"]}, ensure_ascii=False) + "\n"
+                           for i, ch in enumerate(_INVISIBLES)), encoding="utf-8")
+    graph = tmp_path / "g"
+    assert main(["graph", "add", "--create", "--graph", str(graph), "--format", "foodon-jsonl", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "12 invisible_characters_removed" in out, out
+    with sqlite3.connect(graph / "graph.sqlite") as c:
+        names = [r[0] for r in c.execute("SELECT name FROM entities WHERE id LIKE 'FZ:%' ORDER BY id")]
+        aliases = {r[0] for r in c.execute("SELECT alias FROM aliases")}
+    assert names == [f"大枣{i}" for i in range(len(_INVISIBLES))], names
+    assert not any(ch in a for a in aliases for ch in _INVISIBLES)
+
+
+def test_section_titles_normalised_and_capped(tmp_path, capsys) -> None:
+    src = tmp_path / "s.jsonl"
+    recs = [{"book": "书", "path": ["书", "卷一", "丹\x07砂\x1b[31m"], "title": "丹\x07砂\x1b[31m", "text": "味甘。"},
+            {"book": "书", "path": ["书", "卷一", "长" * 100_000], "title": "长" * 100_000, "text": "味苦。"},
+            {"book": "书", "path": ["书", "卷一", "云\u200b母\nsecond line"], "title": "云\u200b母\nsecond line", "text": "味甘平。"}]
+    src.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    graph = tmp_path / "g"
+    assert main(["graph", "add", "--create", "--graph", str(graph), "--format", "sections-jsonl", str(src)]) == 0
+    out = capsys.readouterr().out
+    assert "titles_cut" in out and "titles_with_control_characters" in out, out
+    with sqlite3.connect(graph / "graph.sqlite") as c:
+        titles = [r[0] for r in c.execute("SELECT title FROM sections ORDER BY ord")]
+    assert "丹 砂 [31m" in titles and "云母 second line" in titles, titles
+    assert max(len(t) for t in titles) <= 200
+    assert not any(ch in t for t in titles for ch in "\x07\x1b\n")
+
+
+def test_bom_at_every_line_keeps_book_markup(tmp_path) -> None:
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / "b.txt"
+    src.write_text("\ufeff<篇名>神农本草经\n\ufeff书名：神农本草经\n\ufeff<篇名>丹砂\n\ufeff内容：味甘微寒。\n\ufeff<篇名>云母\n\ufeff内容：味甘平。\n",
+                   encoding="utf-8")
+    ingest_file(g, "books-txt", src)
+    titles = {r[0] for r in g.conn.execute("SELECT title FROM sections")}
+    assert {"神农本草经", "丹砂", "云母"} <= titles, titles
+
+
+@pytest.mark.parametrize("fmt,name,body", [
+    ("foodon-jsonl", "t.jsonl", '{"id": "FZ:1", "label": "apple"}\n{"id": "FZ:1", "label": "pear"}\n'),
+    ("ontology-json", "d.json", '[{"curie": "FZ:1", "label": "apple"}, {"curie": "FZ:1", "label": "pear"}]'),
+    ("kb-csv", "kb.csv", "id,name\nDSI1,apple\nDSI1,pear\n"),
+])
+def test_conflicting_duplicate_ids_refused(tmp_path, capsys, fmt, name, body) -> None:
+    src = tmp_path / name
+    src.write_text(body, encoding="utf-8")
+    mapping = tmp_path / "m.yaml"
+    mapping.write_text("entities:\n  id_column: id\n  name_column: name\n  type: dietary_supplement\n", encoding="utf-8")
+    opts = ["-o", f"mapping={mapping}"] if fmt == "kb-csv" else []
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), *opts]) == 2
+    line = _one_line_error(capsys)
+    assert "defined twice with different names" in line and "'apple'" in line and "'pear'" in line, line
+
+
+@pytest.mark.parametrize("body", ['{"id": "FZ:1", "label": "apple", "label": "pear"}\n', '{"id": true, "label": "apple"}\n',
+                                  '{"id": 1.5, "label": "apple"}\n', '{"id": ["FZ:1"], "label": "apple"}\n'])
+def test_json_duplicate_keys_and_wrong_typed_ids_refused(tmp_path, capsys, body) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text(body, encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src)]) == 2
+    line = _one_line_error(capsys)
+    assert "duplicate key 'label'" in line or "'id' must be a string" in line, line
+
+
+def test_existing_id_claimed_under_another_name_is_reported(tmp_path, capsys) -> None:
+    graph = str(tmp_path / "g")
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text('{"id": "FOODON:1", "label": "apple"}\n', encoding="utf-8")
+    b.write_text('{"id": "FOODON:1", "label": "pear"}\n{"id": "FOODON:2", "label": "plum"}\n', encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(a)]) == 0
+    assert main(["graph", "add", "--graph", graph, "--format", "foodon-jsonl", str(b)]) == 0
+    assert "1 ids_named_otherwise_in_graph" in capsys.readouterr().out

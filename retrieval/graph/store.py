@@ -32,7 +32,7 @@ from typing import Any, Iterable, Iterator
 
 from bencao import faults
 from bencao.errors import BencaoError, DiskFull, is_disk_full
-from bencao.io import atomic_write_json, check_name, check_text, content_hash
+from bencao.io import atomic_write_json, check_name, check_text, clean_title, content_hash
 from bencao.text import norm_key
 
 SCHEMA_VERSION = 1
@@ -164,11 +164,17 @@ class DocumentBuilder:
         self._local_names: dict[tuple[str, str], str] = {}
         self._attrs_cache: dict[tuple, str] = {}
         self._graph_names: dict[tuple[str, str], str | None] = {}  # (type, key) → id in the graph, prefetched
+        #: ids a record of the source defines (``entity(..., defines=True)``) → (name, record) of the first definition
+        self._defined: dict[str, tuple[str, str | None]] = {}
+        #: (id, first name, first record, other name, other record): one id defined with two different names
+        self.conflicts: list[tuple[str, str, str | None, str, str | None]] = []
+        #: what normalisation and checks changed or found (shown in the add's summary when not zero)
+        self.notes: dict[str, int] = {}
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
         """Add a heading; returns its id. ``parent=None`` makes a root (the book itself)."""
-        title = check_text(title.strip(), "section title") or "(untitled)"
+        title = clean_title(title, "section title") or "(untitled)"
         path = [*self._section_paths[parent], title] if parent else [title]
         ord_ = len(self.sections)
         sid = "S" + content_hash(self.document_id, json.dumps(path, ensure_ascii=False), ord_)
@@ -194,7 +200,7 @@ class DocumentBuilder:
     # -- micro
     def entity(self, name: str, type: str, *, id: str | None = None, layer: str = "book",
                attributes: dict[str, Any] | None = None, description: str | None = None,
-               aliases: Iterable[tuple[str, str]] = ()) -> str:
+               aliases: Iterable[tuple[str, str]] = (), defines: bool = False) -> str:
         """Add (or refer to) an entity; returns its id.
 
         With ``id`` the source's own identifier is used (ontology CURIEs, KB ids). Without it the
@@ -210,6 +216,14 @@ class DocumentBuilder:
             if id is None:
                 known = self._graph_names.get((type, key), False)
                 id = (self.graph.find_entity_id(key, type) if known is False else known) or entity_id_for(name, type)
+        if defines:  # a record that defines the entity ``id`` (an ontology term, a KB row), not a mention of it
+            from bencao.io import current_record
+
+            first = self._defined.get(id)
+            if first is None:
+                self._defined[id] = (name, current_record())
+            elif norm_key(first[0]) != key and len(self.conflicts) < 100:
+                self.conflicts.append((id, first[0], first[1], name, current_record()))
         ent = self.entities.get(id)
         if ent is None:
             ent = self.entities[id] = _Entity(id, name, key, type, layer)
@@ -299,7 +313,25 @@ class DocumentBuilder:
     @property
     def counts(self) -> dict[str, int]:
         return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
-                "aliases": len(self.aliases), "triples": len(self.triples)}
+                "aliases": len(self.aliases), "triples": len(self.triples), **{k: v for k, v in self.notes.items() if v}}
+
+    def note_graph_names(self) -> None:
+        """Count the ids this document defines that the graph already has under another name (a new
+        file claiming an existing FoodOn id): the graph keeps its name and the new one becomes an
+        alias, which the add's summary now says (``ids_named_otherwise_in_graph``)."""
+        ids = list(self._defined)
+        n = 0
+        examples: list[str] = []
+        for chunk in _chunks(ids, 500):
+            q = ",".join("?" * len(chunk))
+            for eid, norm, name in self.graph.conn.execute(f"SELECT id, norm, name FROM entities WHERE id IN ({q})", chunk):
+                if norm != norm_key(self._defined[eid][0]):
+                    n += 1
+                    if len(examples) < 3:
+                        examples.append(f"{eid}: {name!r} in the graph, {self._defined[eid][0]!r} here")
+        if n:
+            self.notes["ids_named_otherwise_in_graph"] = n
+            self.meta["ids_named_otherwise_in_graph"] = {"count": n, "examples": examples}
 
 
 # --------------------------------------------------------------------------- graph

@@ -113,7 +113,10 @@ def _load_cases(b: DocumentBuilder, path: Path, options: dict[str, Any], rows: l
     seen: dict[str, str] = {}
     counts = {"cases": 0, "presents": 0, "diagnosed_as": 0, "treated_with": 0}
     for where, rec in rows:
-        case_id = str(rec.get("case_id") or rec.get("id") or "").strip()
+        raw_id = rec.get("case_id") if rec.get("case_id") not in (None, "") else rec.get("id")
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int, type(None))):
+            raise InputError(path, f"'case_id' must be a string or an integer, not {type(raw_id).__name__} {str(raw_id)[:40]!r}", record=where)
+        case_id = str(raw_id if raw_id is not None else "").strip()  # 0 is an id like any other
         if not case_id:
             raise InputError(path, "missing 'case_id' (or 'id')", record=where)
         if case_id in seen:

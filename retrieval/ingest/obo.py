@@ -86,7 +86,7 @@ def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
         aliases.append((t.id, "xref"))
         attrs: dict[str, Any] = {"ontology": t.id.split(":", 1)[0]} if ":" in t.id else {}
         definition = str(t.definition).strip() if t.definition else None
-        b.entity(name, type_of_curie(t.id), id=t.id, layer="terminology", description=definition or None,
+        b.entity(name, type_of_curie(t.id), id=t.id, layer="terminology", defines=True, description=definition or None,
                  aliases=aliases, attributes=attrs or None)
     n_edges = skipped = 0
     for t in terms:

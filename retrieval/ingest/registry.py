@@ -26,7 +26,8 @@ from typing import Any, Callable
 from bencao.errors import BencaoError, InputError, InvalidValue
 from bencao import faults
 from bencao.faults import fault
-from bencao.io import LIMIT_OPTIONS, current_record, file_hash, limits_from_options, using_limits, watching
+from bencao.config import short
+from bencao.io import LIMIT_OPTIONS, clean_title, cleaned_counts, current_record, file_hash, limits_from_options, using_limits, watching
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 
 LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
@@ -133,6 +134,15 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
             watch.verify(digest)
             raise
         watch.verify(digest)
+        if b.conflicts:  # the same id defined twice with different names: never merged silently
+            eid, first, where1, other, where2 = b.conflicts[0]
+            more = f" ({len(b.conflicts)} such ids)" if len(b.conflicts) > 1 else ""
+            raise InputError(path, f"id {eid!r} is defined twice with different names: {short(first)} ({where1 or 'first'}) and "
+                                   f"{short(other)}{more}; conflicting duplicate ids are refused", record=where2)
+        if b.title:
+            b.title = clean_title(b.title, "document title") or b.title
+        b.notes.update(cleaned_counts())
+        b.note_graph_names()
     if not b.sections and not b.snippets and not b.entities:
         raise InputError(path, "empty document: nothing to ingest")
     return b

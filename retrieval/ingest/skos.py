@@ -202,7 +202,7 @@ def load_skos(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
         if schemes:
             attrs["scheme"] = schemes
         definition = _pick(list(rdf.objects(s, SKOS.definition)), langs)
-        b.entity(name, str(options.get("entity_type") or type_of_curie(eid)), id=eid, layer="terminology",
+        b.entity(name, str(options.get("entity_type") or type_of_curie(eid)), id=eid, layer="terminology", defines=True,
                  description=str(definition).strip() if definition is not None and str(definition).strip() else None,
                  aliases=aliases, attributes=attrs or None)
     b.relation(broader_rel, "broader concept (SKOS hierarchy)")

@@ -70,6 +70,7 @@ class TextLines:
         self.bytes_read = 0
         self.lines = 0
         self.undecodable_bytes = 0
+        self.boms_removed = 0
         self.first_undecodable_line: int | None = None
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
@@ -126,6 +127,9 @@ class TextLines:
                     self.first_undecodable_line = n + 1 + text[: text.index("\ufffd")].count("\r")
             except LookupError:
                 raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
+            if "\ufeff" in text:  # a BOM at the start of every line (files joined from parts) would hide the markup
+                self.boms_removed += text.count("\ufeff")
+                text = text.replace("\ufeff", "")
             for part in text.split("\r") if "\r" in text else (text,):  # a bare CR ends a line too
                 n += 1
                 self.lines = n
