@@ -191,6 +191,13 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "unterminated-quote", fn, header + b'\n"' + row),
             Case(fmt, "duplicate-column", fn, header + b"," + header.split(b",")[0] + b"\n" + row.rstrip(b"\n") + b",x\n"),
         ]
+    if fmt in ("foodon-jsonl", "ontology-json", "kb-csv"):  # one id, two different names: never merged silently
+        dup = {"foodon-jsonl": base + _jsonl({"id": "FZ:1", "label": "another name"}),
+               "ontology-json": base.replace(b"}]", b'}, {"curie": "FZ:1", "label": "another name"}]', 1),
+               "kb-csv": base + b"DSI900,another name,x\n"}[fmt]
+        cases.append(Case(fmt, "conflicting-duplicate-id", fn, dup))
+    if t.family == "json":
+        cases.append(Case(fmt, "duplicate-json-key", fn, base.replace(b'{"', b'{"zz": 1, "zz": 2, "', 1)))
     if fmt in ("catalog-csv", "kb-csv", "cases-csv"):
         header, row = base.split(b"\n", 1)
         cell = "\n".join(["味甘平"] * 200).encode()  # short physical lines, one long quoted cell
@@ -335,3 +342,31 @@ def test_declared_encoding_is_read(fmt, small_graph, tmp_path, capsys) -> None:
     with sqlite3.connect(graph / "graph.sqlite") as c:
         sql = t.stored or ("SELECT COUNT(*) FROM aliases WHERE alias = ?" if t.names_checked else "SELECT COUNT(*) FROM sections WHERE title = ?")
         assert c.execute(sql, ("大枣鲜品",)).fetchone()[0] >= 1
+
+
+#: Invisible characters (zero-width space and joiner, right-to-left override, a BOM inside a name,
+#: an isolate, a soft hyphen): names that print alike must match, so they are removed at ingestion.
+_INVISIBLE_NAME = "大\u200b枣\u200d鲜\u202e品\ufeff干\u2066果\u00ad"
+
+
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_invisible_characters_removed_from_names(fmt, small_graph, tmp_path, capsys) -> None:
+    import shutil
+
+    graph = tmp_path / "copy"
+    shutil.copytree(small_graph[0], graph)
+    t = TEMPLATES[fmt]
+    if t.stored:
+        pytest.skip("the placeholder is free text (a case record), not a name or a title")
+    payload = _INVISIBLE_NAME if t.family != "xml" else xml_escape(_INVISIBLE_NAME)
+    src, opts = _write_case(Case(fmt, "invisible", t.filename, t.make(payload)), tmp_path / "in", b"")
+    assert _add(graph, fmt, src, opts) == 0, capsys.readouterr().err
+    assert "invisible_characters_removed" in capsys.readouterr().out
+    with sqlite3.connect(graph / "graph.sqlite") as c:
+        if t.names_checked:
+            assert c.execute("SELECT COUNT(*) FROM aliases WHERE alias = '大枣鲜品干果'").fetchone()[0] >= 1
+        elif not t.stored:
+            assert c.execute("SELECT COUNT(*) FROM sections WHERE title = '大枣鲜品干果'").fetchone()[0] >= 1
+        for table, col in (("aliases", "alias"), ("entities", "name"), ("sections", "title")):
+            rows = [r[0] for r in c.execute(f"SELECT {col} FROM {table}")]
+            assert not any(ch in r for r in rows for ch in "\u200b\u200d\u202e\ufeff\u2066\u00ad"), (table, fmt)
