@@ -310,32 +310,70 @@ def read_bytes(path: str | Path, limits: ReadLimits | None = None) -> bytes:
                 break
             base = len(buf)
             buf += chunk
-            first = chunk.find(b"\n")
-            if first >= 0:
+            m = _EOL.search(chunk)  # LF, CRLF or a bare CR ends a line
+            if m is not None:
+                first = m.start()
                 if base + first - line_start > lim.max_line_bytes:
                     raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
-                line_start = base + chunk.rfind(b"\n") + 1
+                line_start = base + max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) + 1
             if len(buf) - line_start > lim.max_line_bytes:
                 raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
     return bytes(buf)
 
 
+_EOL = re.compile(rb"[\r\n]")
+
+
+class LineTooLong(Exception):
+    def __init__(self, lineno: int):
+        self.lineno = lineno
+
+
+def split_lines(read: Any, limit: int) -> Iterator[bytes]:
+    """Lines of a byte stream (``read(n)`` until ``b""``) without their endings: LF, CRLF and a bare
+    CR each end a line. A line longer than ``limit`` raises :class:`LineTooLong` once ``limit`` bytes
+    of it are held (memory stays bounded whatever the line structure)."""
+    pending = b""
+    lineno = 0
+    step = max(1, min(_CHUNK, limit + 1))
+    while True:
+        chunk = read(step)
+        if not chunk:
+            break
+        data = pending + chunk if pending else chunk
+        parts = data.splitlines(keepends=True)
+        last = parts[-1]
+        if last.endswith(b"\n"):
+            pending, complete = b"", parts
+        else:  # no ending yet, or a CR that may be the first half of a CRLF: wait for the next chunk
+            pending, complete = last, parts[:-1]
+        for part in complete:
+            lineno += 1
+            body = part.rstrip(b"\r\n") if part[-1:] in (b"\n", b"\r") else part
+            if len(body) > limit:
+                raise LineTooLong(lineno)
+            yield body
+        if len(pending) > limit + 1:
+            raise LineTooLong(lineno + 1)
+    if pending:
+        body = pending[:-1] if pending.endswith(b"\r") else pending
+        if len(body) > limit:
+            raise LineTooLong(lineno + 1)
+        yield body
+
+
 def iter_raw_lines(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tuple[int, bytes]]:
-    """Stream ``(line_number, bytes)`` without the line ending, each line within ``max_line_bytes``."""
+    """Stream ``(line_number, bytes)`` without the line ending (LF, CRLF or CR), each line within ``max_line_bytes``."""
     path = Path(path)
     lim = limits or read_limits()
     with _Source(path, lim) as src:
         lineno = 0
-        while True:
-            raw = src.readline(lim.max_line_bytes + 1)
-            if not raw:
-                return
-            lineno += 1
-            if len(raw) > lim.max_line_bytes and not raw.endswith(b"\n"):
-                raise _too_long(path, lineno, lim.max_line_bytes)
-            if raw.endswith(b"\n"):
-                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            yield lineno, raw
+        try:
+            for raw in split_lines(src.read, lim.max_line_bytes):
+                lineno += 1
+                yield lineno, raw
+        except LineTooLong as exc:
+            raise _too_long(path, exc.lineno, lim.max_line_bytes) from None
 
 
 # --------------------------------------------------------------------------- decoding
@@ -755,6 +793,32 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def remove_stale_tmp(directory: str | Path, pattern: str) -> int:
+    """Remove temporary files/directories ``<name>.tmp-<pid>-<thread>`` matching ``pattern`` in
+    ``directory`` whose writing process no longer runs (it was killed mid-write). Returns how many."""
+    import shutil
+
+    n = 0
+    for p in Path(directory).glob(pattern):
+        m = re.search(r"\.tmp-(\d+)(?:-\d+)?$", p.name)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still running: its file, not ours to remove
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OSError):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            n += 1
+    return n
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -597,3 +597,69 @@ def test_existing_id_claimed_under_another_name_is_reported(tmp_path, capsys) ->
     assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(a)]) == 0
     assert main(["graph", "add", "--graph", graph, "--format", "foodon-jsonl", str(b)]) == 0
     assert "1 ids_named_otherwise_in_graph" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------- 7. smaller
+
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_alias_key_cache_tmp_left_by_a_kill_is_removed(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    import bencao.retrieval.linking as linking
+    from bencao.retrieval.linking import EntityLinker, LinkingConfig
+    from tests.retrieval_graphs import build_tcm_graph
+
+    build_tcm_graph(tmp_path / "g").close()
+    cache = tmp_path / "g" / "cache"
+    cache.mkdir(exist_ok=True)
+    dead = cache / f"alias-keys-v9-abc-1-def.sqlite.tmp-{_dead_pid()}-1"
+    dead.write_bytes(b"half a database")
+    alive = cache / f"alias-keys-v9-abc-1-def.sqlite.tmp-{os.getpid() if False else os.getppid()}-1"
+    alive.write_bytes(b"another process is writing this")
+    monkeypatch.setattr(linking, "DISK_MIN_ALIASES", 1)
+    linking._TABLES.clear()
+    with Graph.open(tmp_path / "g") as g:
+        EntityLinker(g, LinkingConfig()).link("山药")
+    linking._TABLES.clear()
+    assert not dead.exists()
+    assert alive.exists()  # its writer still runs
+    assert list(cache.glob("alias-keys-*.sqlite"))
+    shutil.rmtree(cache)
+
+
+def test_bare_cr_line_ends_are_line_ends(tmp_path) -> None:
+    """A books-txt whose only line ends are CR is split into lines (not one line over the cap); OBO
+    and Turtle with CR-only line ends read like their LF versions."""
+    g = Graph.create(tmp_path / "g")
+    book = tmp_path / "b.txt"
+    body = "".join(f"<篇名>第{i}篇\r内容：味甘平。主五脏邪气。\r" for i in range(400))
+    book.write_bytes(("<篇名>测试书\r书名：测试书\r" + body).encode("utf-8"))
+    ingest_file(g, "books-txt", book, {"max_line_bytes": 4096})
+    assert g.conn.execute("SELECT COUNT(*) FROM sections").fetchone()[0] == 401
+    obo = tmp_path / "o.obo"
+    obo.write_bytes(b"format-version: 1.2\rontology: fz\r\r[Term]\rid: FZ:1\rname: apple\r\r[Term]\rid: FZ:2\rname: pear\ris_a: FZ:1\r")
+    ingest_file(g, "obo", obo)
+    ttl = tmp_path / "c.ttl"
+    ttl.write_bytes(b'@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\r@prefix fz: <http://example.org/fz/> .\r'
+                    b'fz:one a skos:Concept ;\r  skos:prefLabel "plum"@en .\r')
+    ingest_file(g, "skos", ttl)
+    names = {r[0] for r in g.conn.execute("SELECT name FROM entities")}
+    assert {"apple", "pear", "plum"} <= names, names
+
+
+def test_case_id_zero_is_an_id(tmp_path) -> None:
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / "cases.jsonl"
+    src.write_text("".join(json.dumps({"case_id": i, "text": f"患者，女，3{i}岁。口干。"}, ensure_ascii=False) + "\n" for i in (0, 1)),
+                   encoding="utf-8")
+    ingest_file(g, "cases-jsonl", src)
+    assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE type = 'case'").fetchone()[0] == 2

@@ -45,6 +45,8 @@ def read_ontology(path: Path, fmt: str) -> Any:
         text = decode_text(data, path, guess=False)  # UTF-8 unless the option encoding says otherwise
         if read_limits().encoding:
             data = text.encode("utf-8")
+        if b"\r" in data:  # CRLF or bare-CR line ends (old Mac files): the OBO parser only splits on LF
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     head = data[:4096]
     if fmt == "owl" and not RdfXMLParser.can_parse(str(path), head):
         raise InputError(path, "not an OWL RDF/XML file: expected an XML document starting with <?xml or <rdf:RDF")

@@ -66,6 +66,8 @@ def parse_rdf(path: Path, fmt: str) -> Any:
         check_entities(data, path)
     else:
         data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
+        if "\r" in data and fmt in ("turtle", "nt", "n3", "trig", "nquads"):  # bare-CR line ends read as LF
+            data = data.replace("\r\n", "\n").replace("\r", "\n")
     if fmt == "json-ld":
         _check_jsonld_contexts(data, path)
     rdf = rdflib.Graph()

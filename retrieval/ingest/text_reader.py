@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from bencao.errors import InputError
-from bencao.io import check_decoded, guess_chinese, read_hasher, read_limits
+from bencao.io import LineTooLong, check_decoded, guess_chinese, read_hasher, read_limits, split_lines
 
 SNIFF_BYTES = 1 << 20
 #: More undecodable bytes than this per 1,000 bytes read refuses the file.
@@ -100,40 +100,40 @@ class TextLines:
         n = 0
         first = True
         max_line = read_limits().max_line_bytes  # the loader's max_line_bytes option, or the default
-        while True:
-            raw = fh.readline(max_line + 1)
+
+        def read(size: int) -> bytes:
+            data = fh.read(size)
             if hasher is not None:
-                hasher.update(raw)
-            if not raw:
-                break
-            if len(raw) > max_line and not raw.endswith(b"\n"):  # refused at the cap: the rest of the line is never read
-                raise InputError(self.path, f"line is at least {max_line + 1:,} bytes, over the {max_line:,}-byte limit "
-                                 "(option max_line_bytes)", record=f"line {n + 1}")
-            self.bytes_read += len(raw)
-            if first:
-                if raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[3:]
-                first = False
-            raw = raw[:-1] if raw.endswith(b"\n") else raw
-            raw = raw[:-1] if raw.endswith(b"\r") else raw
-            try:
-                text = raw.decode(enc)
-            except UnicodeDecodeError:
-                text = raw.decode(enc, "surrogateescape")
-                bad = len(_ESCAPED.findall(text))
-                text = _ESCAPED.sub("\ufffd", text)
-                self.undecodable_bytes += bad
-                if self.first_undecodable_line is None:
-                    self.first_undecodable_line = n + 1 + text[: text.index("\ufffd")].count("\r")
-            except LookupError:
-                raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
-            if "\ufeff" in text:  # a BOM at the start of every line (files joined from parts) would hide the markup
-                self.boms_removed += text.count("\ufeff")
-                text = text.replace("\ufeff", "")
-            for part in text.split("\r") if "\r" in text else (text,):  # a bare CR ends a line too
+                hasher.update(data)
+            self.bytes_read += len(data)
+            return data
+
+        try:
+            for raw in split_lines(read, max_line):  # LF, CRLF and a bare CR each end a line
+                if first:
+                    if raw.startswith(codecs.BOM_UTF8):
+                        raw = raw[3:]
+                    first = False
+                try:
+                    text = raw.decode(enc)
+                except UnicodeDecodeError:
+                    text = raw.decode(enc, "surrogateescape")
+                    bad = len(_ESCAPED.findall(text))
+                    text = _ESCAPED.sub("\ufffd", text)
+                    self.undecodable_bytes += bad
+                    if self.first_undecodable_line is None:
+                        self.first_undecodable_line = n + 1
+                except LookupError:
+                    raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
+                if "\ufeff" in text:  # a BOM at the start of every line (files joined from parts) would hide the markup
+                    self.boms_removed += text.count("\ufeff")
+                    text = text.replace("\ufeff", "")
                 n += 1
                 self.lines = n
-                yield n, part
+                yield n, text
+        except LineTooLong as exc:  # refused at the cap: the rest of the line is never read
+            raise InputError(self.path, f"line is at least {max_line + 1:,} bytes, over the {max_line:,}-byte limit "
+                             "(option max_line_bytes)", record=f"line {exc.lineno}") from None
         if self.undecodable_bytes * 1000 > max(self.bytes_read, 1) * MAX_UNDECODABLE_PER_MILLE:
             raise InputError(self.path, f"{self.undecodable_bytes:,} undecodable bytes in {self.bytes_read:,}: not "
                              f"{self.encoding.upper()} text (UTF-8 or GB18030 expected, or give the encoding option)",
