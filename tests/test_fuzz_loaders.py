@@ -370,3 +370,45 @@ def test_invisible_characters_removed_from_names(fmt, small_graph, tmp_path, cap
         for table, col in (("aliases", "alias"), ("entities", "name"), ("sections", "title")):
             rows = [r[0] for r in c.execute(f"SELECT {col} FROM {table}")]
             assert not any(ch in r for r in rows for ch in "\u200b\u200d\u202e\ufeff\u2066\u00ad"), (table, fmt)
+
+
+@pytest.mark.parametrize("change", ["truncate", "append"])
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_file_changing_while_read_is_refused(fmt, change, small_graph, tmp_path, capsys) -> None:
+    """Every format: the input cut or grown between its hash and its parse is refused, graph unchanged."""
+    from bencao import faults
+
+    graph, before = small_graph
+    t = TEMPLATES[fmt]
+    src, opts = _write_case(Case(fmt, "changing", t.filename, t.make("fuzz name")), tmp_path / "in", b"")
+
+    def mutate() -> None:
+        data = src.read_bytes()
+        src.write_bytes(data[: len(data) // 2] if change == "truncate" else data + data[-40:])
+
+    capsys.readouterr()
+    with faults.on("ingest.hashed", mutate):
+        assert _add(graph, fmt, src, opts) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and "while it was read" in err[0] and str(src) in err[0], err
+    assert _dump(graph) == before
+
+
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_full_disk_while_committing_is_one_line(fmt, small_graph, tmp_path, capsys) -> None:
+    """Every format: SQLite's "database or disk is full" during the commit is one line, graph unchanged."""
+    from bencao import faults
+
+    graph, before = small_graph
+    t = TEMPLATES[fmt]
+    src, opts = _write_case(Case(fmt, "disk-full", t.filename, t.make("fuzz name")), tmp_path / "in", b"")
+
+    def full() -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    capsys.readouterr()
+    with faults.on("sqlite.write", full):
+        assert _add(graph, fmt, src, opts) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and "no space left on device" in err[0] and "previous version is unchanged" in err[0], err
+    assert _dump(graph) == before
