@@ -51,6 +51,12 @@ def build(
         return
     typer.echo(f"built {result['graph']} in {result['seconds']:.1f}s: {s['documents']} documents, {s['sections']} sections, "
                f"{s['snippets']} snippets, {s['entities']} entities, {s['triples']} triples")
+    dropped = result.get("dropped_documents") or []
+    if dropped:
+        names = ", ".join(d["source"] for d in dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        typer.echo(f"warning: the graph this build replaced held {len(dropped)} document(s) the recipe does not make ({names}), "
+                   "added with `bencao graph add` (perhaps while this build ran): they are not in the rebuilt graph; add them again",
+                   err=True)
 
 
 @graph_app.command("index")

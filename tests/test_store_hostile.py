@@ -663,3 +663,53 @@ def test_case_id_zero_is_an_id(tmp_path) -> None:
                    encoding="utf-8")
     ingest_file(g, "cases-jsonl", src)
     assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE type = 'case'").fetchone()[0] == 2
+
+
+def test_cycles_reported(tmp_path, capsys) -> None:
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"id": "FZ:1", "label": "a", "parents": ["FZ:2"]}\n{"id": "FZ:2", "label": "b", "parents": ["FZ:3"]}\n'
+                   '{"id": "FZ:3", "label": "c", "parents": ["FZ:1"]}\n{"id": "FZ:4", "label": "d", "parents": ["FZ:1"]}\n', encoding="utf-8")
+    ttl = tmp_path / "c.ttl"
+    ttl.write_text('@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n@prefix fz: <http://example.org/fz/> .\n'
+                   'fz:a a skos:Concept ; skos:prefLabel "a"@en ; skos:broader fz:b .\n'
+                   'fz:b a skos:Concept ; skos:prefLabel "b"@en ; skos:broader fz:a .\n', encoding="utf-8")
+    graph = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(src)]) == 0
+    assert "1 is_a_cycles" in capsys.readouterr().out
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(ttl), "-o", "broader_relation=broader"]) == 0
+    assert "1 broader_cycles" in capsys.readouterr().out
+    with Graph.open(tmp_path / "g", read_only=True) as g:
+        meta = g.documents()[0]["meta"]
+    assert meta["is_a_cycles"]["examples"] == [["FZ:1", "FZ:2", "FZ:3"]]
+
+
+def test_neo4j_export_escapes_spreadsheet_formulas(tmp_path) -> None:
+    import csv as csv_mod
+
+    from bencao.retrieval.graph.export_neo4j import export_neo4j
+
+    g = Graph.create(tmp_path / "g")
+    src = tmp_path / "t.jsonl"
+    src.write_text('{"id": "FZ:1", "label": "=HYPERLINK(\\"http://x\\")", "synonyms": ["+1+1", "-2", "@SUM(A1)"], "definition": "=cmd|calc"}\n',
+                   encoding="utf-8")
+    ingest_file(g, "foodon-jsonl", src)
+    export_neo4j(g, tmp_path / "out")
+    with open(tmp_path / "out" / "entities.csv", encoding="utf-8", newline="") as fh:
+        cells = [c for row in csv_mod.reader(fh) for c in row]
+    assert "'=HYPERLINK(\"http://x\")" in cells and "'=cmd|calc" in cells
+    assert not any(c.startswith(("=", "+", "-", "@")) for c in cells), [c for c in cells if c[:1] in "=+-@"]
+
+
+def test_rebuild_that_drops_an_added_document_says_so(tmp_path, capsys, repo) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"name: t\nroot: {repo}\nindex: false\nsources:\n"
+                      "  - format: catalog-csv\n    path: data/sample/mfh_catalog/mfh_catalog_106.csv\n", encoding="utf-8")
+    graph = str(tmp_path / "g")
+    assert main(["graph", "build", "--config", str(recipe), "--graph", graph]) == 0
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(_terms(3))
+    assert main(["graph", "add", "--graph", graph, "--format", "foodon-jsonl", str(src)]) == 0
+    capsys.readouterr()
+    assert main(["graph", "build", "--config", str(recipe), "--graph", graph]) == 0
+    err = capsys.readouterr().err
+    assert "warning:" in err and "t.jsonl" in err and "add them again" in err, err

@@ -315,6 +315,58 @@ class DocumentBuilder:
         return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
                 "aliases": len(self.aliases), "triples": len(self.triples), **{k: v for k, v in self.notes.items() if v}}
 
+    def hierarchy_cycles(self, relation: str) -> list[list[str]]:
+        """Cycles of ``relation`` among this document's triples (``a is_a b is_a a``, ``a is_a a``): the
+        strongly connected components of more than one entity, and self-loops (iterative Tarjan)."""
+        edges: dict[str, list[str]] = {}
+        loops = []
+        for _tid, h, rel, t, *_ in self.triples.values():
+            if rel == relation:
+                if h == t:
+                    loops.append([h])
+                else:
+                    edges.setdefault(h, []).append(t)
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        on: set[str] = set()
+        stack: list[str] = []
+        out: list[list[str]] = []
+        counter = 0
+        for root in list(edges):
+            if root in index:
+                continue
+            work = [(root, 0)]
+            while work:
+                v, i = work.pop()
+                if i == 0:
+                    index[v] = low[v] = counter
+                    counter += 1
+                    stack.append(v)
+                    on.add(v)
+                succ = edges.get(v, [])
+                if i < len(succ):
+                    work.append((v, i + 1))
+                    w = succ[i]
+                    if w not in index:
+                        work.append((w, 0))
+                    elif w in on:
+                        low[v] = min(low[v], index[w])
+                    continue
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+        return loops + out
+
     def note_graph_names(self) -> None:
         """Count the ids this document defines that the graph already has under another name (a new
         file claiming an existing FoodOn id): the graph keeps its name and the new one becomes an

@@ -143,6 +143,7 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
             b.title = clean_title(b.title, "document title") or b.title
         b.notes.update(cleaned_counts())
         b.note_graph_names()
+        _note_cycles(b, {"is_a", str(loader_options.get("broader_relation") or "is_a")})
     if not b.sections and not b.snippets and not b.entities:
         raise InputError(path, "empty document: nothing to ingest")
     return b
@@ -159,6 +160,18 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
         raise InputError(path, f"text that is not valid Unicode ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from None
     fault("ingest.committed")
     return b.document_id, added, b.counts
+
+
+def _note_cycles(b: DocumentBuilder, relations: set[str]) -> None:
+    """Hierarchy cycles (``is_a``, SKOS ``broader``) are kept (the source says so) but never silently:
+    counted in the summary (``is_a_cycles``) with examples in the document's metadata."""
+    for rel in sorted(relations):
+        if rel not in b.relations:
+            continue
+        cycles = b.hierarchy_cycles(rel)
+        if cycles:
+            b.notes[f"{rel}_cycles"] = len(cycles)
+            b.meta[f"{rel}_cycles"] = {"count": len(cycles), "examples": [c[:10] for c in cycles[:5]]}
 
 
 def _title_of(path: Path) -> str:
