@@ -41,6 +41,11 @@ def is_disk_full(exc: BaseException) -> bool:
 
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
         return True
+    if isinstance(exc, OSError) and exc.errno is None:  # numpy's tofile on a full disk: "3025 requested and 2032 written"
+        import re
+
+        if re.fullmatch(r"\d+ requested and \d+ written", str(exc)):
+            return True
     code = getattr(exc, "sqlite_errorcode", None)
     if code is not None and code & 0xFF == 13:  # SQLITE_FULL
         return True

@@ -623,7 +623,7 @@ def test_alias_key_cache_tmp_left_by_a_kill_is_removed(tmp_path, monkeypatch) ->
     cache.mkdir(exist_ok=True)
     dead = cache / f"alias-keys-v9-abc-1-def.sqlite.tmp-{_dead_pid()}-1"
     dead.write_bytes(b"half a database")
-    alive = cache / f"alias-keys-v9-abc-1-def.sqlite.tmp-{os.getpid() if False else os.getppid()}-1"
+    alive = cache / f"alias-keys-v9-abc-1-def.sqlite.tmp-{os.getppid()}-1"
     alive.write_bytes(b"another process is writing this")
     monkeypatch.setattr(linking, "DISK_MIN_ALIASES", 1)
     linking._TABLES.clear()
@@ -713,3 +713,26 @@ def test_rebuild_that_drops_an_added_document_says_so(tmp_path, capsys, repo) ->
     assert main(["graph", "build", "--config", str(recipe), "--graph", graph]) == 0
     err = capsys.readouterr().err
     assert "warning:" in err and "t.jsonl" in err and "add them again" in err, err
+
+
+def test_short_write_without_errno_is_a_full_disk(tmp_path, capsys) -> None:
+    """numpy's tofile on a full disk raises OSError("3025 requested and 2032 written") with no errno
+    (seen on a 3 MB tmpfs): still one line, no temporary files."""
+    import shutil
+
+    from bencao.errors import is_disk_full
+    from tests.retrieval_graphs import build_tcm_graph
+
+    assert is_disk_full(OSError("3025 requested and 2032 written")) and not is_disk_full(OSError("something else"))
+    build_tcm_graph(tmp_path / "g").close()
+    book = tmp_path / "葛根.txt"
+    book.write_text("<篇名>葛根\n内容：葛根，味甘，平。主消渴。\n", encoding="utf-8")
+
+    def short_write() -> None:
+        raise OSError("3025 requested and 2032 written")
+
+    with faults.on("file.write", short_write):
+        assert main(["graph", "add", str(book), "--graph", str(tmp_path / "g"), "--format", "books-txt"]) == 2
+    assert "no space left on device" in _one_line_error(capsys)
+    assert _leftovers(tmp_path / "g") == []
+    shutil.rmtree(tmp_path / "g")
