@@ -736,3 +736,17 @@ def test_short_write_without_errno_is_a_full_disk(tmp_path, capsys) -> None:
     assert "no space left on device" in _one_line_error(capsys)
     assert _leftovers(tmp_path / "g") == []
     shutil.rmtree(tmp_path / "g")
+
+
+def test_mapping_file_changed_while_read_is_refused(tmp_path, capsys) -> None:
+    csv = tmp_path / "kb.csv"
+    csv.write_text("id,name\nDSI1,fz\n", encoding="utf-8")
+    mapping = tmp_path / "map.yaml"
+    mapping.write_text("entities:\n  id_column: id\n  name_column: name\n  type: dietary_supplement\n", encoding="utf-8")
+
+    def edit() -> None:
+        mapping.write_text("entities:\n  id_column: id\n  name_column: name\n  type: other_type\n", encoding="utf-8")
+
+    with faults.on("ingest.hashed", edit):
+        assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv), "-o", f"mapping={mapping}"]) == 2
+    assert "changed while the input was read" in _one_line_error(capsys)

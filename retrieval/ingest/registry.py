@@ -118,8 +118,8 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     with using_limits(limits), watching(path) as watch:
         digest = file_hash(path, limits)
         key = digest + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
-        if spec.extra_key is not None:
-            key += spec.extra_key(path, loader_options)
+        extra = spec.extra_key(path, loader_options) if spec.extra_key is not None else ""
+        key += extra
         b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
                           meta={"path": str(path), "options": options})
         if graph.has_document(b.document_id):
@@ -134,6 +134,9 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
             watch.verify(digest)
             raise
         watch.verify(digest)
+        if spec.extra_key is not None and spec.extra_key(path, loader_options) != extra:  # the mapping/lexicon file changed meanwhile
+            raise InputError(path, "a file named by an option (mapping, lexicon) changed while the input was read; nothing was added "
+                                   "(add it again)")
         if b.conflicts:  # the same id defined twice with different names: never merged silently
             eid, first, where1, other, where2 = b.conflicts[0]
             more = f" ({len(b.conflicts)} such ids)" if len(b.conflicts) > 1 else ""
