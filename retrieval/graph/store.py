@@ -482,26 +482,26 @@ class Graph:
                 ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
                 c.executemany(
                     "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
-                    [(e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
+                    ((e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
                 )
                 c.executemany(
                     "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
-                    [(e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
+                    ((e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
                 )
                 faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
-                    [(k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()],
+                    ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
                 )
                 c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
                 faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    list(b.triples.values()),
+                    iter(b.triples.values()),
                 )
                 c.executemany(
                     "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    list(b.triple_sources.values()),
+                    iter(b.triple_sources.values()),
                 )
                 c.executemany(
                     "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
