@@ -13,9 +13,10 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval eval-corpus bench train-demo venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval retrieval-peers eval-corpus bench train-demo venv install-core install-dev clean-graph
 
 $(BIN)/python:
+	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q "pip==$(PIP_VERSION)"
 	$(BIN)/python -m pip install -q -c $(LOCK) torch
@@ -23,10 +24,12 @@ $(BIN)/python:
 venv: $(BIN)/python
 
 $(VENV)/.installed-core: $(BIN)/python $(LOCK) pyproject.toml
+	@echo "installing bencao[serve] with the locked dependencies (about a minute on a fresh machine)"
 	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[serve]"
 	@touch $@
 
 $(VENV)/.installed-dev: $(BIN)/python $(LOCK) pyproject.toml
+	@echo "installing bencao[dev] with the locked dependencies (one to two minutes on a fresh machine)"
 	$(BIN)/python -m pip install -q -c $(LOCK) -e ".[dev]"
 	@touch $@ $(VENV)/.installed-core
 
@@ -36,17 +39,19 @@ lock: $(VENV)/.installed-dev
 		-c requirements/constraints.in -o $(LOCK)
 
 # The newest releases inside pyproject's ranges, in a separate venv, with the suite run on them: drift seen on
-# purpose. Not part of CI; the report names every package whose version differs from the lock.
+# purpose. Not part of CI; the report names every package whose version differs from the lock. torch stays at
+# the CPU 2.13.0 (a newer one is a several-GB CUDA build here); TORCH=... tries another.
 LATEST_VENV ?= .venv-latest
+TORCH ?= 2.13.0
 test-latest:
 	test -x $(LATEST_VENV)/bin/python || $(PY) -m venv $(LATEST_VENV)
 	$(LATEST_VENV)/bin/python -m pip install -q "pip==$(PIP_VERSION)"
-	$(LATEST_VENV)/bin/python -m pip install -q "torch==2.13.0"
-	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]"
+	$(LATEST_VENV)/bin/python -m pip install -q "torch==$(TORCH)"
+	$(LATEST_VENV)/bin/python -m pip install -q --upgrade --upgrade-strategy eager -e ".[dev]" "torch==$(TORCH)"
 	$(LATEST_VENV)/bin/python -m bencao.lockcheck --lock $(LOCK) --report || true
 	BENCAO_UNLOCKED=1 $(LATEST_VENV)/bin/python -m pytest -q
 
-# The five-minute tour: the sample graph with lexical indexes (BM25 + alias tables: about a minute on 2 cores;
+# The five-minute tour: the sample graph with lexical indexes (BM25 + alias tables: under 20 s on 2 cores;
 # DEMO_INDEX=retrieval/default adds MiniLM vectors for English items, ~10 min more the first time), then questions.
 DEMO_INDEX ?= retrieval/lexical
 demo: $(VENV)/.installed-core
@@ -59,12 +64,17 @@ demo: $(VENV)/.installed-core
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
 
+# The documentation site (MkDocs + Material; offline, strict: a broken link fails) into site/.
+docs: $(VENV)/.installed-dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 # Everything, slow tests included.
 test-all: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q -m "not gpu"
 
-# Dev-set evaluation: builds the sample graph once, then runs every file of $(DEV) (when present).
-DEV ?= ../shared/data/dev
+# Dev-set evaluation: builds the sample graph once, then runs every benchmark file (*.jsonl) of the folder
+# DEV=... (docs/evaluation.md: the record format; benchmark files are never bundled).
+DEV ?= data/dev
 EVAL_SYSTEM ?= llm-free
 EVAL_OUT ?= out/eval
 EVAL_CONFIG ?= serving/default
@@ -72,14 +82,25 @@ eval: $(VENV)/.installed-dev
 	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
 	@if [ -d "$(DEV)" ] && ls $(DEV)/*.jsonl >/dev/null 2>&1; then \
 		$(BIN)/bencao eval $(foreach f,$(sort $(wildcard $(DEV)/*.jsonl)),--bench $(f)) --graph $(GRAPH) --config $(EVAL_CONFIG) --system $(EVAL_SYSTEM) --out $(EVAL_OUT); \
-	else echo "no benchmark files in $(DEV): nothing to evaluate"; fi
+	else echo "error: DEV=$(DEV): no benchmark files (*.jsonl) there; make eval DEV=FOLDER" >&2; exit 2; fi
 
-# The classics corpus graph and the LLM-free dev evaluation on it (README "The classics corpus"). The graph is
+# Retrieval peers side by side (bench/retrieval_peers.py; docs/evaluation-metrics.md): plain BM25 over the graph's
+# snippets against bencao's question-only retrieval, whole and with each channel off, on the benchmark files of
+# DEV (PEERS_BENCH narrows them), one table with 95 % intervals. LIMIT=N: the first N records of each file.
+PEERS_CONFIG ?= serving/default
+PEERS_BENCH ?= $(sort $(wildcard $(DEV)/*.jsonl))
+retrieval-peers: $(VENV)/.installed-dev
+	@test -n "$(PEERS_BENCH)" || { echo "error: DEV=$(DEV): no benchmark files (*.jsonl); make retrieval-peers DEV=FOLDER" >&2; exit 2; }
+	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
+	$(BIN)/python bench/retrieval_peers.py --graph $(GRAPH) $(foreach f,$(PEERS_BENCH),--bench $(f)) --config $(PEERS_CONFIG) \
+		$(if $(LIMIT),--limit $(LIMIT))
+
+# The classics corpus graph and the LLM-free dev evaluation on it (docs/corpus.md). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and
 # ingestion code (on 2 cores about 16 min); then TCMBench, CMMLU-TCM and TCM-BEST4SDT → $(CORPUS_OUT)/report.md.
 # An interrupted run resumes; LIMIT=N scores the first N records of each file; RESTART=1 discards earlier
 # predictions (needed after the graph was rebuilt: they belong to the old one).
-CORPUS ?= ../shared/data/corpus/tcm_ancient_books
+CORPUS ?= data/corpus/tcm_ancient_books
 CORPUS_GRAPH ?= graphs/classics
 CORPUS_OUT ?= out/eval-corpus
 CORPUS_BENCH ?= $(DEV)/tcmbench_mcq.jsonl $(DEV)/cmmlu_traditional_chinese_medicine.jsonl $(DEV)/tcm_best4sdt_sd.jsonl
@@ -87,7 +108,7 @@ CORPUS_EVAL_CONFIG ?= serving/classics
 LIMIT ?=
 RESTART ?=
 eval-corpus: $(VENV)/.installed-dev
-	@test -d "$(CORPUS)" || { echo "error: CORPUS=$(CORPUS): no such folder (a local copy of TCM-Ancient-Books, see README)" >&2; exit 2; }
+	@test -d "$(CORPUS)" || { echo "error: CORPUS=$(CORPUS): no such folder (a local copy of TCM-Ancient-Books: make eval-corpus CORPUS=PATH DEV=PATH, see docs/corpus.md)" >&2; exit 2; }
 	$(BIN)/bencao graph build --config graph/classics --graph $(CORPUS_GRAPH) root=$(CORPUS) --skip-current
 	$(BIN)/bencao eval $(foreach f,$(CORPUS_BENCH),--bench $(f)) --graph $(CORPUS_GRAPH) --config $(CORPUS_EVAL_CONFIG) \
 		--system llm-free --out $(CORPUS_OUT) $(if $(LIMIT),--limit $(LIMIT)) $(if $(RESTART),--restart)
@@ -112,6 +133,6 @@ train-demo: $(VENV)/.installed-dev
 	$(BIN)/python bench/static_zh.py --graph $(DEMO_OUT)/graph --model $(DEMO_OUT)/static-zh --out $(DEMO_OUT)/eval \
 		$(foreach f,$(wildcard $(DEV)/tcmbench_mcq.jsonl $(DEV)/tcm_best4sdt_sd.jsonl),--bench $(f))
 
-# A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (README "Reliability").
+# A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (docs/reliability.md).
 clean-graph:
 	rm -rf $(GRAPH) $(dir $(GRAPH)).$(notdir $(GRAPH)).v-* $(dir $(GRAPH)).$(notdir $(GRAPH)).lock

@@ -35,7 +35,7 @@ def list_(kind: Optional[str] = typer.Argument(None, help="Only this kind (the f
 
 @recipes_app.command("show")
 def show(name: str = typer.Argument(..., help="Recipe name (see `bencao recipes list`) or path."),
-         out: Optional[Path] = cliopts.out(help="Write a copy to this file (refused when it exists) instead of printing it."),
+         out: Optional[Path] = cliopts.out(help="Output file: a copy of the recipe to edit (refused when it exists), instead of printing it."),
          path: bool = typer.Option(False, "--path", help="Print only where the recipe's file is.")) -> None:
     """Print a shipped recipe, or copy it to a file to edit (`bencao recipes show graph/sample -o my.yaml`)."""
     from bencao.errors import ConfigError

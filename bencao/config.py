@@ -331,7 +331,7 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 
 
 def describe(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted key, default, help) for every field, recursively: documentation for --help and README."""
+    """(dotted key, default, help) for every field, recursively: documentation for --help and the configuration reference (docs/)."""
     rows: list[tuple[str, str, str]] = []
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"

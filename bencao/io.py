@@ -457,7 +457,7 @@ def check_decoded(data: bytes, encoding: str, path: Path, declared: bool) -> Non
     if not implausible and not (name in _CHINESE_CODECS and odd > nonascii * 0.10):
         return
     alt = _clean_alternative(head, name)
-    hint = f" and it reads cleanly as {alt}: give -o encoding={alt}" if alt else " (give the right encoding option: gb18030, big5, ...)"
+    hint = f" and it reads cleanly as {alt}: give -O encoding={alt}" if alt else " (give the right encoding option: gb18030, big5, ...)"
     if implausible:
         raise InputError(path, f"read as {encoding} ({how}), {pua:,} of {nonascii:,} non-ASCII characters are private-use or "
                                f"undecodable: not {encoding} text{hint}")

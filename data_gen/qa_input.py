@@ -1,6 +1,6 @@
 """Question–answer input for CoT distillation: the benchmark JSONL format, or a user's own file.
 
-Accepted per line (``../shared/data/README.md``): ``{"id", "task": "mcq"|"sd", "question",
+Accepted per line (the benchmark format of docs/evaluation.md): ``{"id", "task": "mcq"|"sd", "question",
 "options": {"A": ...}, "answer": ["A"], "lang"}``; or free-form ``{"id"?, "question", "answer": "..."}``.
 A record that cannot be used (no answer, an answer letter not among the options, no question) is
 returned with ``problem`` set, so the run records it as skipped and goes on; malformed JSON stops

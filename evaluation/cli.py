@@ -17,10 +17,10 @@ def eval_command(
     bench: List[Path] = typer.Option(..., "--bench", "-b", help="Benchmark JSONL file (repeatable)."),
     graph: Optional[Path] = cliopts.graph(False),
     out: Optional[Path] = cliopts.out(help="Output directory: metrics.json, report.md, metrics.png, predictions.jsonl."),
-    config: Optional[Path] = cliopts.config("Serving recipe YAML: eval runs exactly the pipeline `bencao serve --config` runs "
+    config: Optional[Path] = cliopts.config(f"Serving {cliopts.RECIPE}: eval runs exactly the pipeline `bencao serve --config` runs "
                                             "(retrieval, LLM stages, answerer; eval.* settings)."),
-    overrides: Optional[List[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. linking.tau=0.6, "
-                                                       "generator.model=/models/qwen, eval.n_resamples=200."),
+    overrides: Optional[List[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6 "
+                                                       "-s generator.model=/models/qwen -s eval.n_resamples=200."),
     system: Optional[str] = typer.Option(None, "--system", help="Preset of the pipeline: pipeline (the recipe as given; default) | "
                                                                 "llm-free | llm | cot+llm-free | cot+llm | retrieval | random."),
     llm: Optional[str] = typer.Option(None, "--llm", help="Generator LLM: MODEL@URL, URL or a local model path (sets generator.*)."),
@@ -57,12 +57,12 @@ def eval_command(
     from bencao.evaluation.runner import evaluate
 
     metrics = evaluate(benches, name, graph, out, cfg, limit=limit, restart=restart, progress=progress)
-    from bencao.evaluation.metrics import MAIN_METRIC
-    from bencao.evaluation.report import fmt
+    from bencao.evaluation.report import fmt, main_metric
 
     for bname, m in metrics.items():
-        main = MAIN_METRIC[m["task"]]
-        key = main if main in m else "evidence_contains_gold"
+        key = main_metric(m)
+        ci = m.get("ci95", {})
+        shown = [key] + [k for k in ("answer_recall@10", "margin@10") if k in m and k != key]
         leak = f" leaked={m['leaked']}" if m.get("leaked") else ""
-        typer.echo(f"{bname}: {m['task']} n={m['n']} {key}={fmt(key, m.get(key), m.get('ci95', {}).get(key))}{leak}")
+        typer.echo(f"{bname}: {m['task']} n={m['n']} " + " ".join(f"{k}={fmt(k, m.get(k), ci.get(k))}" for k in shown) + leak)
     typer.echo(f"wrote {out / 'metrics.json'}, {out / 'report.md'}, {out / 'predictions.jsonl'}")

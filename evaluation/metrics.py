@@ -31,9 +31,34 @@ Definitions (also in the README):
 - ``context_precision``/``context_recall``/``context_entity_recall`` (and ``judge_*``), for any
   task with a reference: see :mod:`bencao.evaluation.context_metrics`; means over the records
   whose evidence the runner scored.
-- ``evidence_contains_gold``: share of records whose retrieved evidence mentions a gold option /
-  gold candidate / the reference (after :func:`bencao.text.norm_key`), or, for ``tf``, covers at
-  least half of the statement's content words. A retrieval-recall proxy; absent without retrieval.
+- **Retrieval from the question alone** (the probe of :mod:`bencao.evaluation.probe`: the served
+  retrieval recipe, the question only — no options, no option queries —, its snippets in rank
+  order as the passages; every ``mcq``/``sd`` record, ``rec`` with candidates, ``qa``; absent
+  without a graph or with ``eval.retrieval_probe=false``). A passage *holds* an option when the
+  option's matching key (:func:`bencao.text.norm_key`) occurs in it, as for
+  ``evidence_contains_gold``. For k = 5, 10, 20:
+
+  - ``answer_recall@k``: share of records with a passage holding a gold option (candidate,
+    reference) among the first k;
+  - ``distractor_rate@k``: mean over records (with at least one distractor) of the share of
+    their distractor options held by some passage of the first k;
+  - ``margin@k``: mean over the same records of (gold found in the top k) − (share of distractors
+    found): ``answer_recall@k − distractor_rate@k`` on records with distractors. Its interval is
+    the bootstrap of the per-record differences (paired: gold and distractors of the same record
+    stay together). A retriever that returns every option's text scores recall 1 and margin 0;
+    one that returns nothing scores 0 and 0: only passages that hold the gold *and not* the
+    distractors move the margin;
+  - ``mrr``: mean of 1 / rank of the first gold-holding passage (0 when none of the top 20 does);
+  - ``passage_chars@10``: mean characters of the first 10 passages (heading path and text), and
+    ``passages@10`` their mean number: longer or more passages find more by chance.
+
+  See docs/evaluation-metrics.md.
+- ``evidence_contains_gold`` (reported as *coverage: evidence covers the gold option*): share of
+  records whose retrieved evidence — what the system itself retrieved, options and option queries
+  included — mentions a gold option / gold candidate / the reference (after
+  :func:`bencao.text.norm_key`), or, for ``tf``, covers at least half of the statement's content
+  words. Coverage, not retrieval quality: with one query per option every option's text lands in
+  the evidence about equally often. Absent without retrieval.
 - ``evidence_holds_gold_parts`` (mcq, sd): the same, with a gold option that lists several items
   (肾俞、太溪; 当归，白芍) held when every item is mentioned, each anywhere in the evidence, and a
   syndrome's classifying suffix (证/证型) not required (脾胃虚寒证 → 脾胃虚寒). Items shorter than two
@@ -42,7 +67,8 @@ Definitions (also in the README):
 - ``abstain_rate`` wherever a system can abstain.
 
 Intervals: percentile bootstrap over records (paired: every metric of a benchmark uses the same
-resamples), ``n_resamples`` draws from ``numpy.random.default_rng(seed)`` — deterministic.
+resamples), ``n_resamples`` draws from ``numpy.random.default_rng(seed)`` — deterministic. Two
+systems scored on the same records with the same seed draw the same resamples.
 """
 
 from __future__ import annotations
@@ -299,8 +325,52 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den > 0, num / np.where(den > 0, den, 1), 0.0)
 
 
+#: The k of the question-only retrieval metrics (= bencao.evaluation.probe.KS).
+RETRIEVAL_KS = (5, 10, 20)
+
+
+def retrieval_arrays(probes: list[dict[str, Any] | None]) -> dict[str, np.ndarray] | None:
+    """Per-record columns of the probe rows (see the module docstring): ``have`` (a row exists),
+    ``gold@k`` (0/1), ``has_distractors``, ``distractors@k`` (share found), ``rr``, ``chars@10``,
+    ``passages@10``. None when no record has a row."""
+    have = np.array([p is not None for p in probes], dtype=float)
+    if not have.any():
+        return None
+    cols: dict[str, np.ndarray] = {"have": have}
+    rank = [None if p is None else p.get("gold_rank") for p in probes]
+    dist = [list(((p or {}).get("distractor_ranks") or {}).values()) for p in probes]
+    cols["has_distractors"] = np.array([float(p is not None and bool(d)) for p, d in zip(probes, dist)])
+    for k in RETRIEVAL_KS:
+        cols[f"gold@{k}"] = np.array([float(r is not None and r <= k) for r in rank])
+        cols[f"distractors@{k}"] = np.array([sum(1 for x in d if x is not None and x <= k) / len(d) if d else 0.0 for d in dist])
+    cols["rr"] = np.array([1.0 / r if r else 0.0 for r in rank])
+    cols["chars@10"] = np.array([float(((p or {}).get("chars") or {}).get("10", 0)) for p in probes])
+    cols["passages@10"] = np.array([float(min(10, (p or {}).get("n_passages", 0))) for p in probes])
+    return cols
+
+
+def _retrieval_fns(probes: list[dict[str, Any] | None], ratio_of: Any) -> dict[str, Any]:
+    cols = retrieval_arrays(probes)
+    if cols is None:
+        return {}
+    have, has_d = cols["have"], cols["has_distractors"]
+    fns: dict[str, Any] = {}
+    for k in RETRIEVAL_KS:
+        fns[f"answer_recall@{k}"] = ratio_of(cols[f"gold@{k}"], have)
+    if has_d.any():
+        for k in RETRIEVAL_KS:
+            fns[f"distractor_rate@{k}"] = ratio_of(cols[f"distractors@{k}"] * has_d, has_d)
+        for k in RETRIEVAL_KS:
+            fns[f"margin@{k}"] = ratio_of((cols[f"gold@{k}"] - cols[f"distractors@{k}"]) * has_d, has_d)
+    fns["mrr"] = ratio_of(cols["rr"], have)
+    fns["passage_chars@10"] = ratio_of(cols["chars@10"], have)
+    fns["passages@10"] = ratio_of(cols["passages@10"], have)
+    return fns
+
+
 def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | None], answers: bool,
-                   ctx: list[dict[str, Any] | None], parts: list[bool | None] | None = None) -> dict[str, Any]:
+                   ctx: list[dict[str, Any] | None], parts: list[bool | None] | None = None,
+                   probes: list[dict[str, Any] | None] | None = None) -> dict[str, Any]:
     """metric name → function(index matrix (B, n)) → values (B,). Index matrix of one row = the data."""
     col = lambda key: np.array([r[key] for r in rows], dtype=float)  # noqa: E731
     fns: dict[str, Any] = {}
@@ -353,6 +423,7 @@ def _metric_arrays(task: str, rows: list[dict[str, float]], ev: list[float | Non
     known_parts = np.array([e is not None for e in (parts or [])], dtype=float)
     if known_parts.any():
         fns["evidence_holds_gold_parts"] = ratio_of(np.array([float(e) if e is not None else 0.0 for e in parts]), known_parts)
+    fns.update(_retrieval_fns(list(probes or []), ratio_of))
     for key in sorted({k for c in ctx for k in (c or {}) if k.startswith(("context_", "judge_context_"))}):
         have = np.array([float(c is not None and c.get(key) is not None) for c in ctx])
         vals = np.array([float(c[key]) if c is not None and c.get(key) is not None else 0.0 for c in ctx])
@@ -398,11 +469,15 @@ def aggregate(
     seed: int = 0,
     by_source: bool = True,
     evidence_parts: list[bool | None] | None = None,
+    retrieval: list[dict[str, Any] | None] | None = None,
 ) -> dict[str, Any]:
     """Metrics of one benchmark: ``{"task", "n", <metric>: value, ..., "ci95": {...}, "by_source": {...}}``.
 
     ``preds[i]`` is the system's prediction for ``records[i]`` (None when the system gives no answer
-    for it); ``answers=False`` (retrieval-only systems) reports only the evidence metric.
+    for it); ``answers=False`` (retrieval-only systems) reports only the evidence metrics.
+    ``retrieval[i]``: the question-only probe's row for ``records[i]``
+    (:func:`bencao.evaluation.probe.passage_ranks`; None: not probed), aggregated into
+    ``answer_recall@k`` and the rest.
     """
     if not records:
         raise ValueError("no records to score")
@@ -411,7 +486,8 @@ def aggregate(
     ctx = list(context_scores) if context_scores is not None else [None] * len(records)
     rows = [score_record(r, p) for r, p in zip(records, preds)]
     parts = list(evidence_parts) if evidence_parts is not None else [None] * len(records)
-    fns = _metric_arrays(task, rows, ev, answers, ctx, parts)
+    probes = list(retrieval) if retrieval is not None else [None] * len(records)
+    fns = _metric_arrays(task, rows, ev, answers, ctx, parts, probes)
     n = len(records)
     out: dict[str, Any] = {"task": task, "n": n}
     full = np.arange(n)[None, :]
@@ -435,6 +511,7 @@ def aggregate(
             out["by_source"] = {}
             for src, ids in sorted(groups.items()):
                 sub = aggregate([records[i] for i in ids], [preds[i] for i in ids], [ev[i] for i in ids], [ctx[i] for i in ids],
-                                answers=answers, n_resamples=0, by_source=False, evidence_parts=[parts[i] for i in ids])
+                                answers=answers, n_resamples=0, by_source=False, evidence_parts=[parts[i] for i in ids],
+                                retrieval=[probes[i] for i in ids])
                 out["by_source"][src] = sub
     return out

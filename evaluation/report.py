@@ -21,12 +21,25 @@ COLUMNS = {
     "rec": ["hits_at_1", "precision", "recall", "f1", "f1_macro", "evidence_contains_gold"],
     "qa": ["bleu", "chrf", "gleu", "evidence_contains_gold"],
 }
+#: Question-only retrieval columns (the probe; docs/evaluation-metrics.md), one table for every task that has them.
+RETRIEVAL_COLUMNS = ["answer_recall@5", "answer_recall@10", "answer_recall@20", "distractor_rate@5", "distractor_rate@10",
+                     "distractor_rate@20", "margin@5", "margin@10", "margin@20", "mrr", "passages@10", "passage_chars@10"]
+#: Column headings that differ from the metric's key: evidence_contains_gold is coverage (with one query per
+#: option every option lands in the evidence), not retrieval quality.
+LABELS = {"evidence_contains_gold": "coverage: evidence covers the gold option",
+          "evidence_holds_gold_parts": "coverage: evidence covers the gold option's parts"}
 #: Retrieval-context columns (DiffRAG's RAGAS table), one table for every task that has them.
 CONTEXT_COLUMNS = ["context_precision", "context_recall", "context_entity_recall",
                    "judge_context_precision", "judge_context_recall", "judge_context_entity_recall"]
 _TASK_TITLE = {"mcq": "Multiple choice (mcq)", "sd": "Syndrome differentiation (sd)", "tf": "True/false (tf)",
                "el": "Entity linking (el)", "rec": "Recommendation (rec)", "qa": "Free text (qa)"}
 _PERCENT_FREE = {"bleu", "chrf", "gleu"}
+#: Metrics that are not shares: printed as they are, in this format.
+_PLAIN = {"mrr": "{:.3f}", "passages@10": "{:.1f}", "passage_chars@10": "{:.0f}"}
+
+
+def label(name: str) -> str:
+    return LABELS.get(name, name)
 
 
 def fmt(name: str, value: Any, ci: list[float] | None = None) -> str:
@@ -34,6 +47,9 @@ def fmt(name: str, value: Any, ci: list[float] | None = None) -> str:
         return "–"
     if name in _PERCENT_FREE:
         return f"{value:.1f}"
+    if name in _PLAIN:
+        f = _PLAIN[name]
+        return f.format(value) + (f" [{f.format(ci[0])}, {f.format(ci[1])}]" if ci else "")
     s = f"{100 * value:.1f}"
     if ci:
         s += f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
@@ -48,13 +64,22 @@ def markdown_tables(metrics: dict[str, Any], with_ci: bool = True) -> str:
         if not names:
             continue
         cols = [c for c in COLUMNS[task] if any(c in metrics[n] for n in names)]
-        lines = [f"### {_TASK_TITLE[task]}", "", "| benchmark | n | " + " | ".join(cols) + " |",
+        lines = [f"### {_TASK_TITLE[task]}", "", "| benchmark | n | " + " | ".join(map(label, cols)) + " |",
                  "|---|---:|" + "---:|" * len(cols)]
         for n in names:
             m = metrics[n]
             ci = m.get("ci95", {}) if with_ci else {}
             n_txt = str(m["n"]) + (f" (+{m['missing']} missing)" if m.get("missing") else "")
             lines.append(f"| {n} | {n_txt} | " + " | ".join(fmt(c, m.get(c), ci.get(c)) for c in cols) + " |")
+        blocks.append("\n".join(lines))
+    names = [n for n, m in metrics.items() if any(c in m for c in RETRIEVAL_COLUMNS)]
+    if names:
+        cols = [c for c in RETRIEVAL_COLUMNS if any(c in metrics[n] for n in names)]
+        lines = ["### Retrieval from the question alone (no options, no option queries; % of records, mrr, passages and characters as they are)",
+                 "", "| benchmark | task | " + " | ".join(cols) + " |", "|---|---|" + "---:|" * len(cols)]
+        for n in names:
+            ci = metrics[n].get("ci95", {}) if with_ci else {}
+            lines.append(f"| {n} | {metrics[n]['task']} | " + " | ".join(fmt(c, metrics[n].get(c), ci.get(c)) for c in cols) + " |")
         blocks.append("\n".join(lines))
     names = [n for n, m in metrics.items() if any(c in m for c in CONTEXT_COLUMNS)]
     if names:
@@ -68,24 +93,33 @@ def markdown_tables(metrics: dict[str, Any], with_ci: bool = True) -> str:
     return "\n\n".join(blocks)
 
 
+def main_metric(m: dict[str, Any]) -> str:
+    """The metric a benchmark's result is summarised by: its task's main metric, or for a retrieval-only
+    run the question-only ``answer_recall@10`` (coverage only when nothing else was measured)."""
+    for key in (MAIN_METRIC[m["task"]], "answer_recall@10", "evidence_contains_gold"):
+        if key in m:
+            return key
+    return MAIN_METRIC[m["task"]]
+
+
 def summary_table(metrics: dict[str, Any]) -> str:
-    """One row per benchmark: its main metric with the 95% interval, evidence hit rate, abstentions."""
-    lines = ["| benchmark | task | n | main metric | value [95% CI] | evidence contains gold | abstain |",
-             "|---|---|---:|---|---:|---:|---:|"]
+    """One row per benchmark: its main metric, the question-only answer_recall@10 and margin@10 beside it
+    (each with its 95% interval), abstentions."""
+    lines = ["| benchmark | task | n | main metric | value [95% CI] | answer_recall@10 [95% CI] | margin@10 [95% CI] | abstain |",
+             "|---|---|---:|---|---:|---:|---:|---:|"]
     for name, m in metrics.items():
-        main = MAIN_METRIC[m["task"]]
-        if main not in m:
-            main = "evidence_contains_gold"
+        main = main_metric(m)
         ci = m.get("ci95", {})
-        lines.append(f"| {name} | {m['task']} | {m['n']} | {main} | {fmt(main, m.get(main), ci.get(main))} | "
-                     f"{fmt('e', m.get('evidence_contains_gold'))} | {fmt('a', m.get('abstain_rate'))} |")
+        lines.append(f"| {name} | {m['task']} | {m['n']} | {label(main)} | {fmt(main, m.get(main), ci.get(main))} | "
+                     f"{fmt('answer_recall@10', m.get('answer_recall@10'), ci.get('answer_recall@10'))} | "
+                     f"{fmt('margin@10', m.get('margin@10'), ci.get('margin@10'))} | {fmt('a', m.get('abstain_rate'))} |")
     return "\n".join(lines)
 
 
 def source_table(metrics: dict[str, Any]) -> str:
     rows = []
     for name, m in metrics.items():
-        main = MAIN_METRIC[m["task"]]
+        main = main_metric(m)
         for src, sm in (m.get("by_source") or {}).items():
             rows.append(f"| {name} | {src} | {sm['n']} | {main} | {fmt(main, sm.get(main))} |")
     if not rows:
@@ -100,8 +134,11 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
     head = [f"# Evaluation: system `{system}`", ""]
     if graph:
         head.append(f"Graph: `{graph}`.")
-    head.append("Values in % (BLEU/chrF: sacrebleu scores) with bootstrap 95% intervals in brackets; "
-                "metric definitions in the README (## Evaluation).")
+    head.append("Values in % (BLEU/chrF: sacrebleu scores; mrr, passages and characters as they are) with bootstrap 95% "
+                "intervals in brackets; metric definitions in docs/evaluation-metrics.md. answer_recall@10 and margin@10: "
+                "retrieval from the question alone (no options), the gold option's text in the top 10 passages, and that "
+                "rate minus the distractors'; coverage (evidence covers the gold option) counts what the system retrieved "
+                "with the options, and is not a retrieval-quality figure.")
     skipped = {n: m["skipped_records"] for n, m in metrics.items() if m.get("skipped_records")}
     if skipped:
         head.append("\n**Bad records skipped** (see the command's warnings; `--strict` refuses such files): "
@@ -118,8 +155,11 @@ def write_report(metrics: dict[str, Any], out: str | Path, *, system: str, graph
     if src:
         body.append("## By source\n\n" + src)
     if metrics:
-        plot_metrics(metrics, out / PLOT)
-        body.append(f"![main metric by benchmark and source]({PLOT})")
+        try:
+            plot_metrics(metrics, out / PLOT)
+            body.append(f"![main metric by benchmark and source]({PLOT})")
+        except ImportError:  # the plot is an extra: an install without bencao[eval] still gets the report
+            body.append("(No plot: it needs matplotlib, `pip install 'bencao[eval]'`.)")
     path = out / REPORT
     atomic_write_text(path, "\n".join(head) + "\n\n" + "\n\n".join(body) + "\n")
     return path
@@ -137,12 +177,9 @@ def plot_metrics(metrics: dict[str, Any], path: str | Path) -> Path:
     errs: list[tuple[float, float]] = []
     colors: list[str] = []
     for name, m in metrics.items():
-        main = MAIN_METRIC[m["task"]]
+        main = main_metric(m)
         scale = 0.01 if main in _PERCENT_FREE else 1.0
         v = m.get(main)
-        if v is None:
-            main = "evidence_contains_gold" if "evidence_contains_gold" in m else main
-            v, scale = m.get(main), 1.0
         if v is None:
             continue
         lo, hi = (m.get("ci95", {}).get(main) or [v, v])

@@ -4,8 +4,14 @@ Each answered record is appended (flushed, fsynced) to ``<out>/predictions.jsonl
 ``<bench>/<id>``; a restarted run skips the keys already there, so an interrupted run resumes with no
 duplicate and no gap. ``<out>/run.json`` pins what the predictions belong to (system, graph,
 config, the graph's store id and write generation, its indexes' configuration and embedder fingerprint,
-benchmark content hashes): resuming with different settings, or on a graph written to or re-indexed
-since, is refused instead of mixing two runs. Scores are always recomputed from the whole predictions file.
+benchmark content hashes, the question-only retrieval probe's settings): resuming with different settings,
+or on a graph written to or re-indexed since, is refused instead of mixing two runs. Scores are always
+recomputed from the whole predictions file.
+
+With a graph, every record with an answer text also gets ``retrieval``: the question-only retrieval
+probe's ranks (:mod:`bencao.evaluation.probe`), system-independent like the context metrics, from
+which :mod:`bencao.evaluation.metrics` computes ``answer_recall@k``, ``distractor_rate@k``,
+``margin@k``, ``mrr`` and ``passage_chars@10``.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import BencaoError
+from bencao.evaluation import probe as retrieval_probe
 from bencao.evaluation.annotate import Annotator, is_open_rec
 from bencao.evaluation.bench_format import Bench
 from bencao.evaluation.metrics import aggregate, evidence_recall
@@ -35,7 +42,7 @@ def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> di
     cfg["eval"] = {"seed": config.eval.seed}  # n_resamples, batch_size: scoring/throughput knobs keep predictions valid
     _fingerprint_local_models(cfg)
     return {"system": system, "graph": str(Path(graph_dir).resolve()) if graph_dir else None, "config": cfg, "store": _store(graph_dir),
-            "index": _index(graph_dir)}
+            "index": _index(graph_dir), "probe": retrieval_probe.identity(config, graph_dir)}
 
 
 def _fingerprint_local_models(value: Any) -> None:
@@ -108,7 +115,7 @@ def _check_run(out: Path, identity: dict[str, Any], benches: list[Bench], restar
             (out / name).unlink(missing_ok=True)
     if run_path.exists():
         old = json.loads(run_path.read_text(encoding="utf-8"))
-        for key in ("system", "graph", "config", "store", "index"):
+        for key in ("system", "graph", "config", "store", "index", "probe"):
             if key in ("store", "index") and key not in old:  # a run.json written before they were recorded
                 continue
             if old.get(key) != identity[key]:
@@ -179,6 +186,8 @@ def run_predictions(
     if graph_path is None and any(is_open_rec(r) for b in benches for r in b.records):
         raise BencaoError("open-ended rec records (no candidates) need --graph DIR: the foods in a free answer are linked to the graph")
     annotator = Annotator(graph_path, config, out)
+    probe = (retrieval_probe.RetrievalProbe(graph_path, config, out, pipeline=getattr(system, "pipeline", None))
+             if graph_path is not None and retrieval_probe.identity(config, graph_path) is not None else None)
     with JsonlAppender(out / PREDICTIONS, id_key="key") as app:
         todo: list[tuple[Bench, dict[str, Any]]] = []
         for b in benches:
@@ -197,6 +206,11 @@ def run_predictions(
                 outputs = system.predict_batch([r for _, r in chunk])
                 elapsed = (time.perf_counter() - t0) / len(chunk)
                 extras = annotator.annotate([r for _, r in chunk], outputs)  # system-independent: linked foods, context metrics
+                live = [j for j, o in enumerate(outputs) if not isinstance(o, Exception)]
+                if probe is not None and live:  # the question alone through the served retrieval: answer_recall@k, margin@k
+                    for j, row in zip(live, probe.run([chunk[j][1] for j in live])):
+                        if row is not None:
+                            extras[j]["retrieval"] = row
                 for (b, r), o, extra in zip(chunk, outputs, extras):
                     if isinstance(o, Exception):  # a failed request (e.g. an LLM timeout): retried on resume
                         counts["failed"] += 1
@@ -218,6 +232,8 @@ def run_predictions(
         finally:
             bar.close()
             annotator.close()
+            if probe is not None:
+                probe.close()
     return counts
 
 
@@ -239,7 +255,7 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
     preds = read_predictions(out)
     metrics: dict[str, Any] = {}
     for b in benches:
-        recs, ps, ev, ctx, parts = [], [], [], [], []
+        recs, ps, ev, ctx, parts, probes = [], [], [], [], [], []
         n_leaked = 0
         for r in b.records:
             p = preds.get(f"{b.name}/{r['id']}")
@@ -251,11 +267,12 @@ def score(benches: list[Bench], out: str | Path, config: EvalConfig) -> dict[str
             ev.append(p.get("evidence_contains_gold"))
             parts.append(p.get("evidence_holds_gold_parts"))
             ctx.append(p.get("context"))
+            probes.append(p.get("retrieval"))
         if not recs:
             continue
         answers = any(p is not None for p in ps)
         m = aggregate(recs, ps, ev, ctx, answers=answers, n_resamples=config.eval.n_resamples, seed=config.eval.seed,
-                      evidence_parts=parts)
+                      evidence_parts=parts, retrieval=probes)
         missing = len(b.records) - len(recs)
         if missing:
             m["missing"] = missing

@@ -10,7 +10,9 @@ other code paths:
 - ``llm``: ``answerer=generator`` — needs a ``generator`` block (``--set generator.base_url=...``);
   closed book with ``--no-retrieval`` (``answer.closed_book=true``);
 - ``cot+llm-free``, ``cot+llm``: the same with the CoT model driving micro retrieval (needs ``cot.llm``);
-- ``retrieval``: ``answerer=none`` — evidence only (``evidence_contains_gold``);
+- ``retrieval``: ``answerer=none`` — evidence only: its coverage (``evidence_contains_gold``) and the
+  question-only retrieval metrics (``answer_recall@k``, ``margin@k``, ...), which every system run with
+  a graph reports (docs/evaluation-metrics.md);
 - ``random``: a seeded chance baseline (no graph, no pipeline), the floor every system must clear.
 
 ``el`` records are linked by the pipeline's entity linker (the retrieval recipe's ``linking``
@@ -190,7 +192,7 @@ _PRESETS = [
                                                        "(closed book with --no-retrieval)."),
     ("cot+llm-free", ("answerer=graph",), ("cot",), "The CoT model's query triples drive micro retrieval; the graph answerer answers."),
     ("cot+llm", ("answerer=generator",), ("cot", "generator"), "CoT model + generator (TCM-DiffRAG)."),
-    ("retrieval", ("answerer=none",), (), "Evidence only: retrieval metrics (evidence_contains_gold) and, for el, the linker."),
+    ("retrieval", ("answerer=none",), (), "Evidence only: question-only retrieval metrics (answer_recall@k, margin@k), evidence coverage and, for el, the linker."),
 ]
 for _name, _ov, _needs, _desc in _PRESETS:
     register_system(_name, tasks=ALL_TASKS, answers=_name != "retrieval", description=_desc, overrides=_ov, needs=_needs,

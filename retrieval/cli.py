@@ -8,9 +8,11 @@ from typing import Any, Optional
 
 import typer
 
+from bencao import cliopts
+
 graph_app = typer.Typer(help="Build and manage a knowledge graph directory (graph.sqlite + indexes + manifest.json).", no_args_is_help=True)
 
-GRAPH_OPT = typer.Option(..., "--graph", "-g", help="Graph directory.")
+GRAPH_OPT = cliopts.graph(help="Graph directory.")
 
 
 def _console():
@@ -27,19 +29,20 @@ def _parse_options(items: list[str]) -> dict[str, Any]:
 
 @graph_app.command("build")
 def build(
-    config: Path = typer.Option(..., "--config", "-c", help="Build recipe YAML (e.g. configs/graph/sample.yaml)."),
-    graph: Path = GRAPH_OPT,
+    config: Path = cliopts.config(f"Build {cliopts.RECIPE}, e.g. graph/sample.", required=True),
+    graph: Path = cliopts.graph(help="Graph directory to build (replaced when the build succeeds)."),
     no_index: bool = typer.Option(False, "--no-index", help="Skip building the retrieval indexes."),
     skip_current: bool = typer.Option(False, "--skip-current", help="Keep DIR when this recipe built it from the same inputs "
                                       "(recipe settings, source files' bytes, bencao's ingestion code) and nothing wrote to it "
                                       "since; its indexes are still brought up to date."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides of the recipe, e.g. index=false."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s index=false -s root=/data/books."),
+    overrides: Optional[list[str]] = cliopts.overrides_arg("key=value overrides of the recipe, the same as --set, e.g. index=false."),
 ) -> None:
     """Build a graph from a recipe into DIR. The old graph is replaced only when the build succeeds."""
     from bencao.progress import StepProgress
     from bencao.retrieval.build import build_graph, load_build_config
 
-    cfg, root = load_build_config(config, overrides or [])
+    cfg, root = load_build_config(config, cliopts.merged(overrides, set_))
     if no_index:
         cfg.index = False
     with StepProgress("build") as on_progress:  # a bar on a terminal, plain lines in logs
@@ -62,9 +65,11 @@ def build(
 @graph_app.command("index")
 def index(
     graph: Path = GRAPH_OPT,
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Retrieval YAML whose `index` section is used (default: the configuration recorded at the last index build, else built-in defaults)."),
+    config: Optional[Path] = cliopts.config(f"Retrieval {cliopts.RECIPE}, whose `index` section is used (default: the configuration "
+                                            "recorded at the last index build, else built-in defaults)."),
     force: bool = typer.Option(False, "--force", help="Rebuild every index even when its items did not change (vectors still come from the cache)."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="Index overrides key=value, e.g. embedder.languages=[en,zh] dense_kinds=[entities]."),
+    set_: Optional[list[str]] = cliopts.overrides("Index override key=value (repeatable), e.g. -s embedder.languages=[en,zh] -s dense_kinds=[entities]."),
+    overrides: Optional[list[str]] = cliopts.overrides_arg("Index overrides key=value, the same as --set, e.g. embedder.languages=[en,zh]."),
 ) -> None:
     """Build or refresh the retrieval indexes: BM25 per kind, dense vectors per embedder (cached by model fingerprint and text).
 
@@ -76,7 +81,7 @@ def index(
 
     con = _console()
     with writer_lock(graph), Graph.open(graph) as g:
-        cfg = resolve_index_config(g, config, overrides or [])
+        cfg = resolve_index_config(g, config, cliopts.merged(overrides, set_))
         summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"embedding {kind}: {i}/{n}", end="\r"))
     typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
 
@@ -86,7 +91,8 @@ def add(
     path: Path = typer.Argument(..., help="Input file (.gz accepted)."),
     graph: Path = GRAPH_OPT,
     format: str = typer.Option(..., "--format", "-f", help="Input format: see `bencao graph formats`."),
-    option: Optional[list[str]] = typer.Option(None, "--option", "-o", help="Loader option key=value (repeatable), e.g. -o materia_medica=true."),
+    option: Optional[list[str]] = typer.Option(None, "--loader-option", "-O", help="Loader option key=value (repeatable), e.g. -O materia_medica=true; "
+                                               "see `bencao graph formats`."),
     title: Optional[str] = typer.Option(None, help="Document title."),
     licence: Optional[str] = typer.Option(None, help="Licence to record."),
     create: bool = typer.Option(False, "--create", help="Create the graph directory if it does not exist."),
@@ -159,9 +165,9 @@ def _reintegrate(g: Any) -> None:
 @graph_app.command("integrate")
 def integrate_cmd(
     graph: Path = GRAPH_OPT,
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Integration YAML (keys of IntegrateConfig, e.g. configs/graph/integrate.yaml); built-in defaults when omitted."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Override key=value (repeatable), e.g. type_groups=[[chemical,supplement_ingredient]]."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Report what would be merged; write nothing."),
+    config: Optional[Path] = cliopts.config(f"Integration {cliopts.RECIPE}, e.g. graph/integrate (keys of IntegrateConfig); built-in defaults when omitted."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s type_groups=[[chemical,supplement_ingredient]]."),
+    dry_run: bool = cliopts.dry_run(),
     undo: bool = typer.Option(False, "--undo", help="Undo the graph's integration (restores every merged entity whose sources remain)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full JSON report (every group, with the reason it was merged)."),
 ) -> None:
@@ -172,13 +178,18 @@ def integrate_cmd(
     re-integrates from scratch; the merge is journalled in a derived document (`--undo` reverts it).
     """
     from bencao.config import load_config
-    from bencao.retrieval.graph.integrate import IntegrateConfig, integrate, summary, undo_integration
+    from bencao.retrieval.graph.integrate import IntegrateConfig, integrate, integration_document, summary, undo_integration
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.index import refresh_indexes
 
     cfg = load_config(IntegrateConfig, config, list(set_ or []) + (["dry_run=true"] if dry_run else []))
     with writer_lock(graph), Graph.open(graph) as g:
+        if undo and dry_run:
+            doc = integration_document(g)
+            typer.echo(json.dumps({"dry_run": True, "would_undo": doc["id"] if doc else None}, ensure_ascii=False) if as_json else
+                       (f"dry run: would undo integration {doc['id']}" if doc else "not integrated: nothing to undo"))
+            return
         if undo:
             out = undo_integration(g)
             if out["undone"]:

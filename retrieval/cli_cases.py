@@ -11,32 +11,39 @@ from typing import Optional
 
 import typer
 
+from bencao import cliopts
+
 cases_app = typer.Typer(help="The clinical-case layer (MLKG-RAG): patient index, disease-tree classification, therapy retrieval.",
                         no_args_is_help=True)
 
-GRAPH = typer.Option(..., "--graph", "-g", help="Graph directory.")
-CONFIG = typer.Option(None, "--config", "-c", help="Cases YAML (keys of CasesConfig, e.g. configs/cases/cases.yaml); built-in defaults when omitted.")
-SET = typer.Option(None, "--set", "-s", help="Override key=value (repeatable), e.g. similarity=lexical beam=2.")
-RCONFIG = typer.Option(None, "--retrieval-config", help="Retrieval YAML whose `index` block names the embedder (default: the one the graph's index was built with).")
+GRAPH = cliopts.graph(help="Graph directory.")
+CONFIG = cliopts.config(f"Cases {cliopts.RECIPE}, e.g. cases/cases (keys of CasesConfig); built-in defaults when omitted. Its `retrieval` "
+                        "key names the retrieval recipe whose `index` block gives the embedder (default: the one the graph's index was built with).")
+SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s similarity=lexical -s beam=2 -s retrieval=retrieval/multilingual.")
+#: Deprecated spelling of ``--set retrieval=...``; hidden.
+RCONFIG = typer.Option(None, "--retrieval-config", hidden=True, help="Deprecated: use --set retrieval=RECIPE.")
 AGE = typer.Option(None, "--age-group", help="Age group: elderly/老年, middle_aged/中年, young_adult/青年, adolescent/青少年, child/儿童, infant/婴幼儿.")
 SEX = typer.Option(None, "--sex", help="male/男/M or female/女/F.")
 HISTORY = typer.Option(None, "--history", help="A past-history term the case must record (repeatable), e.g. 高血压.")
 
 
-def _cfg(config: Optional[Path], sets: Optional[list[str]]):
+def _cfg(config: Optional[Path], sets: Optional[list[str]], retrieval_config: Optional[Path] = None):
     from bencao.config import load_config
     from bencao.retrieval.search.cases import CasesConfig
 
-    return load_config(CasesConfig, config, list(sets or []))
+    cfg = load_config(CasesConfig, config, list(sets or []))
+    if retrieval_config is not None:  # the deprecated --retrieval-config
+        cfg.retrieval = str(retrieval_config)
+    return cfg
 
 
-def _indexes(g, rconfig: Optional[Path]):
+def _indexes(g, retrieval: Optional[str]):
     """The graph's indexes (None when it has none): the embedder the similarity may use."""
     from bencao.retrieval.index import open_indexes
 
     if not ((g.dir / "index").exists() or (g.dir / "lexical").exists()):
         return None
-    return open_indexes(g, str(rconfig) if rconfig else None)
+    return open_indexes(g, retrieval or None)
 
 
 @cases_app.command("list")
@@ -71,7 +78,7 @@ def classify(
     config: Optional[Path] = CONFIG,
     set_: Optional[list[str]] = SET,
     retrieval_config: Optional[Path] = RCONFIG,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Report the classification without writing it."),
+    dry_run: bool = cliopts.dry_run(),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
 ) -> None:
     """File every case under one leaf of the disease tree (replaces the previous classification)."""
@@ -80,7 +87,7 @@ def classify(
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.search.cases import classify_cases
 
-    cfg = _cfg(config, set_)
+    cfg = _cfg(config, set_, retrieval_config)
     llm = None
     if cfg.llm_classifier:
         if cfg.llm is None:
@@ -94,7 +101,7 @@ def classify(
     from bencao.retrieval.graph.versions import writer_lock
 
     with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
-        ix = _indexes(g, retrieval_config)
+        ix = _indexes(g, cfg.retrieval)
         with Progress(transient=True) as prog:
             task = prog.add_task("classifying cases", total=None)
             report = classify_cases(g, ix, cfg, llm=llm, dry_run=dry_run, progress=lambda i, n: prog.update(task, completed=i, total=n))
@@ -133,9 +140,9 @@ def therapy(
     from bencao.retrieval.search.case_entities import PatientInfo
     from bencao.retrieval.search.layers import case_therapy
 
-    cfg = _cfg(config, set_)
+    cfg = _cfg(config, set_, retrieval_config)
     with Graph.open(graph, read_only=True) as g:
-        ix = _indexes(g, retrieval_config)
+        ix = _indexes(g, cfg.retrieval)
         res = case_therapy(g, ix, question, cfg, patient=PatientInfo(age_group, sex, None, list(history or [])))
     if as_json:
         typer.echo(json.dumps(res.to_dict(), ensure_ascii=False, indent=2))
@@ -158,8 +165,9 @@ def link_layers_command(
     source: str = typer.Option(..., "--source", help="Layer whose entities are linked (e.g. terminology)."),
     target: str = typer.Option(..., "--target", help="Layer linked to (e.g. case)."),
     delta: float = typer.Option(0.35, "--delta", help="Link when the cosine distance to the nearest target entity is below this."),
-    retrieval_config: Optional[Path] = typer.Option(None, "--config", "-c", help="Retrieval YAML whose `index` block names the embedder (default: the one the graph's index was built with)."),
-    set_: Optional[list[str]] = typer.Option(None, "--set", "-s", help="Index override key=value, e.g. index.embedder.languages=[en,zh]."),
+    retrieval_config: Optional[Path] = cliopts.config(f"Retrieval {cliopts.RECIPE}, whose `index` block names the embedder (default: the one "
+                                                      "the graph's index was built with)."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the retrieval recipe (repeatable), e.g. -s index.embedder.languages=[en,zh]."),
 ) -> None:
     """MLKG-RAG's cross-layer links: each source entity → its nearest target entity when closer than δ.
 

@@ -13,9 +13,9 @@ from bencao import cliopts
 app = typer.Typer()
 
 GRAPH = cliopts.graph()
-CONFIG = cliopts.config("Serving or retrieval recipe YAML (its retrieval.linking section: selector, LLM blocks, tau); default: built-in values.")
-SET = cliopts.overrides("Config override key=value (repeatable), e.g. linking.tau=0.6, linking.selector=llm, "
-                        "linking.llm.base_url=http://127.0.0.1:8000/v1.")
+CONFIG = cliopts.config(f"Serving or retrieval {cliopts.RECIPE}, e.g. retrieval/default: its linking section (selector, LLM blocks, tau); default: built-in values.")
+SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6 -s linking.selector=llm "
+                        "-s linking.llm.base_url=http://127.0.0.1:8000/v1.")
 
 
 def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]]) -> tuple:
@@ -34,9 +34,9 @@ def _open(graph: Path, config: Optional[Path], overrides: Optional[list[str]]) -
 def link(
     mention: Optional[str] = typer.Argument(None, help="The mention to link (or use --input)."),
     graph: Path = GRAPH,
-    input: Optional[Path] = cliopts.input_(help="JSONL with at least `id` and `mention` per line; an optional `context` (the sentence or "
-                                                "dish the mention occurs in) helps choose among equally good candidates."),
-    output: Optional[Path] = cliopts.out(help="JSONL output (resumable: ids already there are skipped)."),
+    input: Optional[Path] = cliopts.input_(help="Input file (JSONL) with at least `id` and `mention` per line; an optional `context` (the "
+                                                "sentence or dish the mention occurs in) helps choose among equally good candidates."),
+    output: Optional[Path] = cliopts.out(help="Output file (JSONL) with --input; appended to and resumed (ids already there are skipped)."),
     config: Optional[Path] = CONFIG,
     set_: Optional[list[str]] = SET,
     no_index: bool = typer.Option(False, "--no-index", help="Alias tables only (no BM25/dense candidates)."),

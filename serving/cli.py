@@ -17,8 +17,7 @@ from bencao import cliopts
 app = typer.Typer()
 
 GRAPH = cliopts.graph()
-CONFIG = cliopts.config("Serving recipe YAML (configs/serving/*.yaml: retrieval, LLM stages, answerer); default: all defaults "
-                        "(no LLM, LLM-free answers).")
+CONFIG = cliopts.config(f"Serving {cliopts.RECIPE}: retrieval, LLM stages, answerer; default: all defaults (no LLM, LLM-free answers).")
 SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s linking.tau=0.6 -s generator.base_url=http://127.0.0.1:8000/v1.")
 LLM = typer.Option(None, "--llm", help="Generator LLM: an endpoint URL (MODEL@URL to name the model) or a local model path.")
 COT = typer.Option(None, "--cot", help="CoT model that decomposes the question into query triples: MODEL@URL, URL or a local path.")
@@ -150,11 +149,11 @@ def serve(
 @app.command("infer")
 def infer(
     questions: Optional[Path] = typer.Argument(None, help="Questions JSONL (or --input): {\"id\",\"question\"} lines or benchmark records."),
-    input_: Optional[Path] = cliopts.input_(help="Questions JSONL (instead of the argument)."),
-    output: Path = cliopts.out(True, "Answers JSONL; appended to and resumed (ids already there are skipped)."),
+    input_: Optional[Path] = cliopts.input_(help="Input file: questions JSONL (instead of the argument)."),
+    output: Path = cliopts.out(True, "Output file: answers JSONL; appended to and resumed (ids already there are skipped)."),
     graph: Path = GRAPH,
     config: Optional[Path] = CONFIG,
-    batch_size: Optional[int] = typer.Option(None, "--batch-size", "-b", help="Questions per batch (default infer.batch_size)."),
+    batch_size: Optional[int] = typer.Option(None, "--batch-size", help="Questions per batch (default infer.batch_size)."),
     set_: Optional[list[str]] = SET,
     llm: Optional[str] = LLM,
     cot: Optional[str] = COT,

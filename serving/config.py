@@ -88,6 +88,9 @@ class EvalSettings:
     n_resamples: int = field(1000, help="Bootstrap resamples for the 95% intervals (0 = no intervals).")
     judge: JudgeConfig = field(default_factory=JudgeConfig, help="LLM judge of the context metrics (RAGAS-style); off by default, the lexical variant always runs.")
     open_rec: OpenRecConfig = field(default_factory=OpenRecConfig, help="Open-ended rec (no candidates): which linked entity types count as recommended foods.")
+    retrieval_probe: bool = field(True, help="With a graph: also retrieve from each question alone (no options, no option queries, "
+                                             "the recipe's retrieval otherwise) and score the ranked snippets: answer_recall@k, "
+                                             "distractor_rate@k, margin@k, mrr (docs/evaluation-metrics.md).")
     on_leak: str = field("flag", help="Items whose reasoning was distilled into the graph (its manifest's `distilled` record): "
                                       "flag (leaked: true per record, a count in the metrics) | refuse (stop before answering).")
 

@@ -248,7 +248,18 @@ def test_cli_cases_and_link_layers(tmp_path, capsys):
     d = str(tmp_path / "g")
     assert main(["graph", "add", str(CASES / "disease_tree_example.yaml"), "--graph", d, "--format", "disease-tree"]) == 0
     assert main(["graph", "add", str(CASES / "cases_example.jsonl"), "--graph", d, "--format", "cases-jsonl"]) == 0
-    assert main(["graph", "cases", "classify", "--graph", d]) == 0
+    capsys.readouterr()
+
+    def documents() -> int:
+        assert main(["graph", "stats", "--graph", d, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)["documents"]
+
+    # --dry-run files nothing; the deprecated --retrieval-config is still read (as --set retrieval=...; no index here: unused)
+    before = documents()
+    assert main(["graph", "cases", "classify", "--graph", d, "--dry-run", "--retrieval-config", "configs/retrieval/default.yaml"]) == 0
+    assert "would file 60 of 60 cases" in capsys.readouterr().out
+    assert documents() == before
+    assert main(["graph", "cases", "classify", "--graph", d, "--set", "retrieval=configs/retrieval/default.yaml"]) == 0
     out = capsys.readouterr().out
     assert "filed 60 of 60 cases" in out and "气血津液病类 / 消渴" in out
     assert main(["graph", "cases", "list", "--graph", d, "--sex", "女", "--age-group", "老年", "--json"]) == 0

@@ -104,6 +104,8 @@ def test_cli_complete(trained, repo, capsys):
     d = str(trained.dir)
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "dry_run=true", "min_precision=0"]) == 0
     assert "dry run:" in capsys.readouterr().out
+    assert main(["graph", "complete", "--graph", d, "--dry-run", "-s", "min_precision=0"]) == 0  # --set as the key=value argument
+    assert "dry run:" in capsys.readouterr().out
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "min_precision=0"]) == 0
     out = capsys.readouterr().out
     assert "added" in out and "bencao graph remove" in out
@@ -191,8 +193,10 @@ def test_completion_needs_a_held_out_precision(trained, tmp_path):
 
 def test_cli_complete_evaluate(trained, repo, capsys):
     d = str(trained.dir)
+    assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--evaluate", "--dry-run"]) == 0
+    assert "dry run: would hide" in capsys.readouterr().out and not (trained.dir / "ukge" / "completion_eval.json").exists()
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--evaluate"]) == 0
     out = capsys.readouterr().out
     assert "precision by threshold" in out and (trained.dir / "ukge" / "completion_eval.json").exists()
-    assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "dry_run=true"]) == 0
+    assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--dry-run"]) == 0
     assert "dry run:" in capsys.readouterr().out

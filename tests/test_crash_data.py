@@ -59,15 +59,15 @@ def _questions(path: Path, n: int) -> Path:
 def test_killed_infer_resumes_with_no_duplicate_and_no_missing_answer(fault, graph, tmp_path):
     q = _questions(tmp_path / "q.jsonl", 12)
     clean, out = tmp_path / "clean.jsonl", tmp_path / "answers.jsonl"
-    assert main(["infer", str(q), "-o", str(clean), "-g", str(graph), "-b", "2"]) == 0
-    r = bencao("infer", str(q), "-o", str(out), "-g", str(graph), "-b", "2", fault=fault)
+    assert main(["infer", str(q), "-o", str(clean), "-g", str(graph), "--batch-size", "2"]) == 0
+    r = bencao("infer", str(q), "-o", str(out), "-g", str(graph), "--batch-size", "2", fault=fault)
     assert r.returncode == 137, r.stderr
     raw = out.read_bytes()
     if fault.startswith("jsonl.torn"):  # half a record, cut inside a multi-byte character
         with pytest.raises(UnicodeDecodeError):
             raw[raw.rfind(b"\n") + 1 :].decode("utf-8")
     assert 0 < raw.count(b"\n") < 12
-    assert main(["infer", str(q), "-o", str(out), "-g", str(graph), "-b", "2"]) == 0
+    assert main(["infer", str(q), "-o", str(out), "-g", str(graph), "--batch-size", "2"]) == 0
     got, want = lines(out), lines(clean)
     assert [a["id"] for a in got] == [a["id"] for a in want]  # each once, in order
     strip = lambda a: {k: v for k, v in a.items() if k != "timings"}  # noqa: E731

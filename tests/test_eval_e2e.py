@@ -71,8 +71,14 @@ def test_retrieval_system_reports_evidence_and_links(small_graph, bench_files, t
     out = tmp_path / "retrieval"
     m = _run(bench_files, small_graph, out, "retrieval", capsys)
     assert set(m) == set(BENCHES)
+    retrieval = {f"{name}@{k}" for name in ("answer_recall", "distractor_rate", "margin") for k in (5, 10, 20)}
     assert set(m["herb_mcq"]) == {"task", "n", "evidence_contains_gold", "evidence_holds_gold_parts", "ci95", "context_precision",
-                                  "context_recall", "context_entity_recall"}  # evidence only (and its context metrics), no answers
+                                  "context_recall", "context_entity_recall", "mrr", "passages@10", "passage_chars@10",
+                                  *retrieval}  # evidence only (its coverage, context and question-only retrieval metrics), no answers
+    # the question alone finds 人参's and 甘草's entries (their 性味 is the gold option), no distractor's text
+    assert (m["herb_mcq"]["answer_recall@10"], m["herb_mcq"]["margin@10"]) == (1.0, 1.0)
+    assert "tf" not in {p["task"] for p in map(json.loads, (out / "predictions.jsonl").read_text(encoding="utf-8").splitlines())
+                        if "retrieval" in p}  # no answer text to find
     assert m["herb_mcq"]["evidence_holds_gold_parts"] >= m["herb_mcq"]["evidence_contains_gold"]
     preds = {json.loads(line)["key"]: json.loads(line) for line in (out / "predictions.jsonl").read_text(encoding="utf-8").splitlines()}
     assert len(preds) == 8
@@ -121,3 +127,14 @@ def test_llm_system_with_retrieval_puts_graph_evidence_in_the_prompt(small_graph
     assert "[1] 神农本草经 › " in prompt  # numbered like every generator prompt
     pred = read_predictions(tmp_path / "out")["herb_mcq/m1"]
     assert pred["evidence"]["snippet_ids"] and pred["extra"]["reply"] == "答案：B"
+
+
+def test_report_is_written_without_matplotlib(small_graph, bench_files, tmp_path, monkeypatch, capsys):
+    """`make demo`'s install has no [eval] extra: eval still scores and writes its report, minus the plot."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    out = tmp_path / "e"
+    assert main(["eval", "--bench", str(bench_files[0]), "--graph", str(small_graph), "--out", str(out)]) == 0
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "## Summary" in report and "No plot: it needs matplotlib" in report and not (out / "metrics.png").exists()

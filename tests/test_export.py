@@ -88,7 +88,7 @@ def test_hub_dry_run_writes_the_exact_upload(exported, tmp_path):
     from bencao.cli import main
 
     _, out = exported
-    rc = main(["export", "--model", str(out), "--out", str(tmp_path / "again"), "--push-to-hub", "me/bencao-cot", "--private", "--dry-run"])
+    rc = main(["export", "--model", str(out), "--out", str(tmp_path / "again"), "--push-to-hub", "me/bencao-cot", "--private", "--upload-plan"])
     assert rc == 0
     plan = json.loads((tmp_path / "again.upload-plan.json").read_text())
     files = sorted(p.relative_to(tmp_path / "again").as_posix() for p in (tmp_path / "again").rglob("*") if p.is_file())

@@ -270,7 +270,7 @@ def _write_case(case: Case, d: Path, bomb: bytes) -> tuple[Path, list[str]]:
 
 
 def _add(graph: Path, fmt: str, src: Path, opts: list[str]) -> int:
-    return main(["graph", "add", "--graph", str(graph), "--format", fmt, str(src), *[a for o in opts for a in ("-o", o)]])
+    return main(["graph", "add", "--graph", str(graph), "--format", fmt, str(src), *[a for o in opts for a in ("-O", o)]])
 
 
 def _dump(graph: Path) -> list[str]:

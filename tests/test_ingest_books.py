@@ -254,7 +254,7 @@ def test_cli_add_reports_a_bad_book_on_one_line(tmp_path, capsys):
     rc = main(["graph", "add", str(bad), "--graph", str(tmp_path / "g"), "--format", "sections-jsonl", "--create"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err == f"error: {bad}:line 1: 'text' must be a string"
-    rc = main(["graph", "add", str(SHILIAO), "--graph", str(tmp_path / "g"), "--format", "books-txt", "-o", "materia_medica=true"])
+    rc = main(["graph", "add", str(SHILIAO), "--graph", str(tmp_path / "g"), "--format", "books-txt", "-O", "materia_medica=true"])
     assert rc == 0 and "added" in capsys.readouterr().out
 
 

@@ -116,7 +116,7 @@ def test_skos_options_and_errors(tmp_path: Path, graph: Graph) -> None:
 
 def test_cli_add_formats(tmp_path: Path, capsys) -> None:
     d = str(tmp_path / "g")
-    assert main(["graph", "add", str(FIX / "foods_skos.ttl"), "--graph", d, "--create", "--format", "skos", "-o", "lang=zh"]) == 0
+    assert main(["graph", "add", str(FIX / "foods_skos.ttl"), "--graph", d, "--create", "--format", "skos", "-O", "lang=zh"]) == 0
     assert main(["graph", "add", str(FIX / "foodontorag_dump.json"), "--graph", d, "--format", "ontology-json"]) == 0
     out = capsys.readouterr().out
     assert out.count("added") == 2

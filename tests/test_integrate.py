@@ -139,6 +139,8 @@ def test_dry_run_cli_and_remove_of_the_integration_document(tmp_path, sources, c
         doc = integration_document(g2)["id"]
         assert main(["graph", "integrate", "--graph", d, "--dry-run"]) == 0  # sees the graph as it would be unintegrated
         assert "would merge" in capsys.readouterr().out and integration_document(g2)["id"] == doc
+        assert main(["graph", "integrate", "--graph", d, "--undo", "--dry-run"]) == 0  # says what --undo would undo, undoes nothing
+        assert f"would undo integration {doc}" in capsys.readouterr().out and integration_document(g2)["id"] == doc
     assert main(["graph", "remove", doc, "--graph", d]) == 0
     assert "integration undone" in capsys.readouterr().out
     with Graph.open(d) as g3:
@@ -150,7 +152,7 @@ def test_adding_a_source_reintegrates(tmp_path, sources, capsys):
     integrate(g)
     g.close()
     assert main(["graph", "add", str(sources["dsi"]), "--graph", str(tmp_path / "g"), "--format", "kb-csv",
-                 "-o", f"mapping={DSI_MAP['mapping']}"]) == 0
+                 "-O", f"mapping={DSI_MAP['mapping']}"]) == 0
     with Graph.open(tmp_path / "g") as g2:
         assert [e["id"] for e in g2.iter_entities() if e["norm"] == "vitamin c"] == ["CHEBI:176783"]
 

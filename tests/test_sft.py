@@ -128,10 +128,19 @@ def _accelerate_sft(tmp_path, recipe: str, accelerate_config: str, overrides: li
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def _free_port() -> int:
+    """A port nothing listens on now: a fixed one collides with another run of the suite on the machine."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.mark.distributed
 def test_torchrun_two_processes_gloo(tiny_qwen, sft_data, tmp_path):
     out = tmp_path / "ddp"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
            "-m", "bencao.training.sft", *sft_overrides(tiny_qwen, sft_data, out, "use_peft=true", "max_steps=3", "save_steps=100")]
     proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -130,7 +130,7 @@ def test_kb_mapping_bomb_error_quotes_a_short_prefix(tmp_path, capsys) -> None:
     mapping = tmp_path / "map.yaml"
     mapping.write_text(_alias_bomb() + "entities:\n  id_column: *l8\n  name_column: name\n  type: x\n", encoding="utf-8")
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv),
-                 "-o", f"mapping={mapping}"]) == 2
+                 "-O", f"mapping={mapping}"]) == 2
     line = _one_line_error(capsys)
     assert str(mapping) in line and len(line) < 400, line
 
@@ -155,7 +155,7 @@ def test_nan_option_refused(tmp_path, capsys, value) -> None:
     src = tmp_path / "terms.jsonl"
     src.write_bytes(_terms(3))
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src),
-                 "-o", f"max_ratio={value}"]) == 2
+                 "-O", f"max_ratio={value}"]) == 2
     assert "finite number" in _one_line_error(capsys)
 
 
@@ -168,7 +168,7 @@ def test_wrong_shaped_case_lexicon_is_one_line(tmp_path, capsys, body) -> None:
     src.write_text(json.dumps({"case_id": "c1", "sex": "女", "age": 37, "text": "患者，女，37岁。口干。"}, ensure_ascii=False) + "\n",
                    encoding="utf-8")
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "cases-jsonl", str(src),
-                 "-o", f"lexicon={lex}"]) == 2
+                 "-O", f"lexicon={lex}"]) == 2
     line = _one_line_error(capsys)
     assert str(lex) in line, line
 
@@ -345,7 +345,7 @@ def test_multiline_cell_over_the_cap_refused(tmp_path, capsys, fmt) -> None:
         text = f'case_id,sex,age,text\nc1,女,37,"{cell}"\n'
     src = tmp_path / "t.csv"
     src.write_text(text, encoding="utf-8")
-    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", "max_line_bytes=1024"]) == 2
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "max_line_bytes=1024"]) == 2
     line = _one_line_error(capsys)
     assert "a cell of more than 1,024 characters" in line and "row 1" in line, line
 
@@ -449,7 +449,7 @@ def test_non_text_codec_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
     src = tmp_path / name
     src.write_bytes(_terms(2) if fmt == "foodon-jsonl" else "<篇名>书\n内容：味甘。\n".encode() if fmt == "books-txt" else
                     b"mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\nM1,a,a,,1,1,x,2020,u,\n")
-    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", f"encoding={enc}"]) == 2
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", f"encoding={enc}"]) == 2
     line = _one_line_error(capsys)
     assert "not a text encoding" in line, line
 
@@ -489,10 +489,10 @@ def _big5_terms() -> bytes:
 def test_declared_gb18030_on_big5_bytes_refused(tmp_path, capsys, fmt, name, data) -> None:
     src = tmp_path / name
     src.write_bytes(data())
-    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", "encoding=gb18030"]) == 2
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "encoding=gb18030"]) == 2
     line = _one_line_error(capsys)
     assert "encoding=big5" in line, line
-    assert main(["graph", "add", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", "encoding=big5"]) == 0
+    assert main(["graph", "add", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "encoding=big5"]) == 0
 
 
 @pytest.mark.parametrize("enc", ["gb18030", "big5", "latin-1"])
@@ -503,7 +503,7 @@ def test_declared_legacy_encoding_on_utf8_bytes_refused(tmp_path, capsys, enc, f
             "books-txt": "<篇名>书\n内容：味甘平，主五脏邪气。\n".encode(),
             "ontology-json": json.dumps([{"curie": "FZ:1", "label": "大枣鲜品"}], ensure_ascii=False).encode()}[fmt]
     src.write_bytes(data)
-    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-o", f"encoding={enc}"]) == 2
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", f"encoding={enc}"]) == 2
     assert "the bytes are UTF-8" in _one_line_error(capsys)
 
 
@@ -512,7 +512,7 @@ def test_private_use_text_refused(tmp_path, capsys) -> None:
     src = tmp_path / "t.jsonl"
     pua = bytes([0xAA, 0xA1]) * 30
     src.write_bytes(b'{"id": "FZ:1", "label": "' + pua + b'"}\n')
-    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src), "-o", "encoding=gb18030"]) == 2
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "foodon-jsonl", str(src), "-O", "encoding=gb18030"]) == 2
     assert "private-use" in _one_line_error(capsys)
 
 
@@ -573,7 +573,7 @@ def test_conflicting_duplicate_ids_refused(tmp_path, capsys, fmt, name, body) ->
     src.write_text(body, encoding="utf-8")
     mapping = tmp_path / "m.yaml"
     mapping.write_text("entities:\n  id_column: id\n  name_column: name\n  type: dietary_supplement\n", encoding="utf-8")
-    opts = ["-o", f"mapping={mapping}"] if fmt == "kb-csv" else []
+    opts = ["-O", f"mapping={mapping}"] if fmt == "kb-csv" else []
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), *opts]) == 2
     line = _one_line_error(capsys)
     assert "defined twice with different names" in line and "'apple'" in line and "'pear'" in line, line
@@ -676,7 +676,7 @@ def test_cycles_reported(tmp_path, capsys) -> None:
     graph = str(tmp_path / "g")
     assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(src)]) == 0
     assert "1 is_a_cycles" in capsys.readouterr().out
-    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(ttl), "-o", "broader_relation=broader"]) == 0
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(ttl), "-O", "broader_relation=broader"]) == 0
     assert "1 broader_cycles" in capsys.readouterr().out
     with Graph.open(tmp_path / "g", read_only=True) as g:
         meta = g.documents()[0]["meta"]
@@ -748,5 +748,5 @@ def test_mapping_file_changed_while_read_is_refused(tmp_path, capsys) -> None:
         mapping.write_text("entities:\n  id_column: id\n  name_column: name\n  type: other_type\n", encoding="utf-8")
 
     with faults.on("ingest.hashed", edit):
-        assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv), "-o", f"mapping={mapping}"]) == 2
+        assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv), "-O", f"mapping={mapping}"]) == 2
     assert "changed while the input was read" in _one_line_error(capsys)

@@ -7,14 +7,18 @@ from typing import Optional
 
 import typer
 
+from bencao import cliopts
+
 train_app = typer.Typer(help="Fine-tune the CoT model (SFT) and the embedder; plan GPU memory.", no_args_is_help=True)
 
-OVERRIDES = typer.Argument(None, help="key=value overrides of the recipe, e.g. max_steps=20 learning_rate=1e-4")
+OVERRIDES = cliopts.overrides_arg("key=value overrides of the recipe, the same as --set, e.g. max_steps=20 learning_rate=1e-4.")
+SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s max_steps=20 -s learning_rate=1e-4.")
 
 
 @train_app.command("sft")
 def sft_cmd(
-    config: Path = typer.Option(..., "--config", "-c", help="SFT recipe (YAML), e.g. configs/sft/qwen2.5-7b-instruct/lora_zero2.yaml"),
+    config: Path = cliopts.config(f"SFT {cliopts.RECIPE}, e.g. sft/qwen2.5-7b-instruct/lora_zero2.", required=True),
+    set_: Optional[list[str]] = SET,
     overrides: Optional[list[str]] = OVERRIDES,
     accelerate_config: Optional[str] = typer.Option(
         None, "--accelerate-config", help="Launch with accelerate: a name in configs/accelerate (single_gpu, multi_gpu, zero2, zero3, zero3_offload) or a path."
@@ -24,7 +28,7 @@ def sft_cmd(
     machine_rank: Optional[int] = typer.Option(None, "--machine-rank", help="Multi-node: rank of this machine."),
     main_process_ip: Optional[str] = typer.Option(None, "--main-process-ip", help="Multi-node: address of rank 0."),
     main_process_port: Optional[int] = typer.Option(None, "--main-process-port", help="Multi-node: port of rank 0."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the launch command instead of running it."),
+    dry_run: bool = cliopts.dry_run(),
     stop_grace_s: float = typer.Option(25.0, "--stop-grace-s", help="After SIGTERM/SIGINT: seconds the ranks get to save a checkpoint "
                                        "before whatever is left of the run is killed."),
 ) -> None:
@@ -36,7 +40,7 @@ def sft_cmd(
     from bencao.training import launch
     from bencao.training.args import recipe_dict
 
-    overrides = list(overrides or [])
+    overrides = cliopts.merged(overrides, set_)
     recipe = recipe_dict(config, overrides)
     name = accelerate_config or launch.default_accelerate_config(recipe, num_processes)
     if name is None:
@@ -67,7 +71,8 @@ def sft_cmd(
 
 @train_app.command("embedder")
 def embedder_cmd(
-    config: Path = typer.Option(..., "--config", "-c", help="Embedder recipe (YAML), e.g. configs/embed/bge-m3/cmnrl.yaml"),
+    config: Path = cliopts.config(f"Embedder {cliopts.RECIPE}, e.g. embed/bge-m3/cmnrl.", required=True),
+    set_: Optional[list[str]] = SET,
     overrides: Optional[list[str]] = OVERRIDES,
 ) -> None:
     """Contrastive fine-tuning of the embedder (MNRL / cached MNRL), IR figures before and after.
@@ -76,12 +81,13 @@ def embedder_cmd(
     """
     from bencao.training.embedder import main, parse_args
 
-    main(*parse_args(config, overrides or []))
+    main(*parse_args(config, cliopts.merged(overrides, set_)))
 
 
 @train_app.command("plan")
 def plan_cmd(
-    config: Path = typer.Option(..., "--config", "-c", help="SFT recipe (YAML)."),
+    config: Path = cliopts.config(f"SFT {cliopts.RECIPE}, e.g. sft/qwen2.5-7b-instruct/lora_zero2.", required=True),
+    set_: Optional[list[str]] = SET,
     overrides: Optional[list[str]] = OVERRIDES,
     num_gpus: int = typer.Option(8, "--num-gpus", help="GPUs per node."),
     num_nodes: int = typer.Option(1, "--num-nodes", help="Nodes."),
@@ -90,16 +96,17 @@ def plan_cmd(
     """Per-GPU memory estimate of the recipe's ZeRO stage (DeepSpeed's estimators + LoRA accounting)."""
     from bencao.training.plan import plan, render
 
-    typer.echo(render(plan(config, overrides or [], num_gpus=num_gpus, num_nodes=num_nodes, model_config=model_config)))
+    typer.echo(render(plan(config, cliopts.merged(overrides, set_), num_gpus=num_gpus, num_nodes=num_nodes, model_config=model_config)))
 
 
 def export_cmd(
     model: Path = typer.Option(..., "--model", "-m", help="Training output dir (LoRA adapter or full model; LM or sentence-transformer)."),
-    out: Path = typer.Option(..., "--out", "--output", "-o", help="Export directory (merged safetensors, tokenizer, generation config, README.md)."),
+    out: Path = cliopts.out(True, "Output directory: merged safetensors, tokenizer, generation config, README.md."),
     base: Optional[str] = typer.Option(None, "--base", help="Base model to merge into (default: the one recorded at training)."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Hub repo id to upload to (token from HF_TOKEN)."),
     private: bool = typer.Option(False, "--private", help="Create the hub repo private."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Write the upload plan (files, sizes, hashes, commit message) instead of uploading."),
+    upload_plan: bool = typer.Option(False, "--upload-plan", help="Write OUT.upload-plan.json (files, sizes, SHA-256, commit message) "
+                                     "instead of uploading."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Hub commit message."),
 ) -> None:
     """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card; optionally upload."""
@@ -107,8 +114,8 @@ def export_cmd(
 
     exported = export(model, out, base=base)
     typer.echo(f"exported {exported.kind} to {out}")
-    if push_to_hub or dry_run:
-        plan_path = push(out, push_to_hub or "<repo>", private=private, dry_run=dry_run or not push_to_hub, commit_message=commit_message)
+    if push_to_hub or upload_plan:
+        plan_path = push(out, push_to_hub or "<repo>", private=private, dry_run=upload_plan or not push_to_hub, commit_message=commit_message)
         if plan_path:
             typer.echo(f"upload plan written to {plan_path}")
 

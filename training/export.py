@@ -162,9 +162,9 @@ def push(folder: str | Path, repo: str, private: bool = False, dry_run: bool = F
         return path
     token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN")
     if not token:
-        raise ConfigError("--push-to-hub needs a token in HF_TOKEN (or use --dry-run)")
+        raise ConfigError("--push-to-hub needs a token in HF_TOKEN (or use --upload-plan)")
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
-        raise ConfigError("HF_HUB_OFFLINE is set: cannot upload (unset it, or use --dry-run)")
+        raise ConfigError("HF_HUB_OFFLINE is set: cannot upload (unset it, or use --upload-plan)")
     from huggingface_hub import HfApi
 
     api = HfApi(token=token)

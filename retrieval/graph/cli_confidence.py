@@ -10,6 +10,8 @@ from typing import Optional
 
 import typer
 
+from bencao import cliopts
+
 
 def _progress(label: str):
     from rich.console import Console
@@ -20,10 +22,11 @@ def _progress(label: str):
 
 
 def confidence(
-    graph: Path = typer.Option(..., "--graph", "-g", help="Graph directory."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Recipe YAML (e.g. configs/graph/confidence.yaml); built-in defaults when omitted."),
+    graph: Path = cliopts.graph(help="Graph directory."),
+    config: Optional[Path] = cliopts.config(f"Confidence {cliopts.RECIPE}, e.g. graph/confidence; built-in defaults when omitted."),
     reset: bool = typer.Option(False, "--reset", help="Undo: give every triple back the confidence it had before calibration."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. model.epochs=50 evidence.curated=2."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s model.epochs=50 -s evidence.curated=2."),
+    overrides: Optional[list[str]] = cliopts.overrides_arg("key=value overrides of the recipe, the same as --set, e.g. model.epochs=50."),
 ) -> None:
     """Train the UKGE model on the graph's triples and set each triple's confidence from it and the evidence."""
     from bencao.config import load_config
@@ -39,7 +42,7 @@ def confidence(
             refresh_indexes(g)
             typer.echo(f"restored the original confidence of {n} triples")
             return
-        cfg = load_config(ConfidenceConfig, config, overrides or [])
+        cfg = load_config(ConfidenceConfig, config, cliopts.merged(overrides, set_))
         with _progress("ukge") as prog:
             task = prog.add_task("training", total=cfg.model.epochs)
 
@@ -54,14 +57,16 @@ def confidence(
 
 
 def complete(
-    graph: Path = typer.Option(..., "--graph", "-g", help="Graph directory (with a model from `bencao graph confidence`)."),
-    config: Optional[Path] = typer.Option(None, "--config", "-c", help="Recipe YAML (e.g. configs/graph/complete.yaml); built-in defaults when omitted."),
+    graph: Path = cliopts.graph(help="Graph directory (with a model from `bencao graph confidence`)."),
+    config: Optional[Path] = cliopts.config(f"Completion {cliopts.RECIPE}, e.g. graph/complete; built-in defaults when omitted."),
     evaluate: bool = typer.Option(False, "--evaluate", help="Measure instead of adding: hide --test-fraction of the open triples, retrain UKGE on the rest, "
                                   "and report the precision/recall of what completion proposes (written to <graph>/ukge/completion_eval.json; "
                                   "completion with min_precision > 0 needs it)."),
     test_fraction: float = typer.Option(0.1, "--test-fraction", help="--evaluate: share of the open triples hidden."),
     seed: int = typer.Option(0, "--seed", help="--evaluate: seed of the held-out split."),
-    overrides: Optional[list[str]] = typer.Argument(None, help="key=value overrides, e.g. threshold=0.9 relations=[treats] dry_run=true."),
+    dry_run: bool = cliopts.dry_run(),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s threshold=0.9 -s relations=[treats]."),
+    overrides: Optional[list[str]] = cliopts.overrides_arg("key=value overrides of the recipe, the same as --set, e.g. threshold=0.9."),
 ) -> None:
     """Add missing triples the UKGE model scores above the threshold, as one removable derived document.
 
@@ -73,7 +78,11 @@ def complete(
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.index import refresh_indexes
 
-    cfg = load_config(CompleteConfig, config, overrides or [])
+    cfg = load_config(CompleteConfig, config, cliopts.merged(overrides, set_) + (["dry_run=true"] if dry_run else []))
+    if evaluate and cfg.dry_run:
+        typer.echo(f"dry run: would hide {test_fraction:g} of the open triples (seed {seed}), retrain UKGE on the rest and write "
+                   f"{graph / 'ukge' / 'completion_eval.json'}")
+        return
     if evaluate:
         _evaluate_completion(graph, cfg, test_fraction, seed)
         return

@@ -269,7 +269,7 @@ EXPORTERS: dict[str, Callable[..., dict[str, int]]] = {"neo4j": export_neo4j}
 def export_command(
     graph: Path = typer.Option(..., "--graph", "-g", help="Graph directory."),
     format: str = typer.Option("neo4j", "--format", "-f", help=f"Export format: {', '.join(sorted(EXPORTERS))}."),
-    out: Path = typer.Option(..., "--out", "--output", "-o", help="Output directory (created; files in it are replaced)."),
+    out: Path = typer.Option(..., "--out", "--output", "-o", help="Output directory: CSVs, import.sh, load.cypher (created; files in it are replaced)."),
     database: str = typer.Option("neo4j", "--database", help="Database name written into import.sh."),
 ) -> None:
     """Export a graph for another system (neo4j: CSVs with neo4j-admin headers, import.sh, load.cypher)."""

@@ -42,6 +42,7 @@ CLASSIFICATION_FORMAT = "case-classification"
 class CasesConfig:
     understander: str = field("rules", help="Question/case understanding stage (registry in case_entities: rules; an LLM stage registers itself).")
     lexicon: str | None = field(None, help="Case lexicon YAML (default: the built-in retrieval/search/case_lexicon.yaml).")
+    retrieval: str | None = field(None, help="Retrieval recipe name or YAML path whose `index` block names the embedder (default: the one the graph's index was built with).")
     similarity: Literal["auto", "dense", "lexical"] = field("auto", help="Σ similarity of disease entities to classes: dense cosine (the graph's embedder), lexical (character bigrams), or auto (dense when the embedder reads every text).")
     beam: int = field(1, help="Classes kept at each level of the descent (the paper keeps the best one).")
     k_cases: int = field(3, help="Cases returned from the leaf (best Σ similarity to the question's disease entities first).")
