@@ -126,6 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     except BencaoError as exc:
         typer.echo(f"error: {exc}", err=True)
         return getattr(exc, "exit_code", 2)  # 2, or e.g. 128 + signal for a training run stopped by SIGTERM
+    except OSError as exc:  # a full disk anywhere (index files, caches): one line, not a traceback
+        from bencao.errors import is_disk_full
+
+        if not is_disk_full(exc):
+            raise
+        where = f" while writing {exc.filename}" if exc.filename else ""
+        typer.echo(f"error: no space left on device{where}; the command stopped (free some space and run it again)", err=True)
+        return 2
     except KeyboardInterrupt:
         rc = 130
     except Exception as exc:  # click's exceptions, whichever copy of click raised them

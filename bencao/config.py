@@ -8,6 +8,7 @@ and builds the dataclass recursively, refusing unknown keys with the file and ke
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -15,7 +16,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 
 import yaml
 
-from bencao.errors import ConfigError
+from bencao.errors import BencaoError, ConfigError
 
 T = TypeVar("T")
 
@@ -41,21 +42,159 @@ def resolve_config_path(path: str | Path) -> Path:
     return hit
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
-    path = resolve_config_path(path)
+# --------------------------------------------------------------------------- safe YAML
+
+#: Deepest nesting of a YAML document (counting what aliases reference): deeper is refused, not a RecursionError.
+YAML_MAX_DEPTH = 100
+#: Most nodes a YAML document may expand to through aliases beyond its own nodes ("billion laughs":
+#: 600 bytes of nested aliases stand for 10^9 values and exhaust memory when walked).
+YAML_MAX_ALIAS_NODES = 100_000
+#: Largest YAML file read (recipes, mappings, lexicons and disease trees are far smaller).
+YAML_MAX_BYTES = 64 * 1024 * 1024
+
+
+class YamlRefused(BencaoError):
+    """A YAML document that cannot be read: ``problem`` (one line, at most a short quote of the
+    input) and the 1-based ``line`` when known. Callers name the file."""
+
+    def __init__(self, problem: str, line: int | None = None):
+        self.problem = problem
+        self.line = line
+        super().__init__(f"line {line}: {problem}" if line else problem)
+
+
+def short(value: Any, n: int = 60) -> str:
+    """``repr`` of a value cut to ``n`` characters: error messages never print a whole (expanded) value."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise ConfigError(f"{path}:{line}: not UTF-8 (byte 0x{exc.object[exc.start:exc.start + 1].hex()}); YAML files must be UTF-8") from None
+        r = repr(value) if not isinstance(value, (list, dict)) or len(value) < 50 else f"<{type(value).__name__} of {len(value):,} items>"
     except RecursionError:
-        raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        r = f"<recursive {type(value).__name__}>"
+    r = " ".join(r.split())
+    return r if len(r) <= n else r[: n - 1] + "…"
+
+
+class _BudgetLoader(yaml.SafeLoader):
+    """SafeLoader whose composer refuses documents nested deeper than :data:`YAML_MAX_DEPTH`."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > YAML_MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise YamlRefused(f"invalid YAML: nested more than {YAML_MAX_DEPTH} levels deep", mark.line + 1)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _check_expansion(root: Any) -> None:
+    """Refuse a node graph whose aliases expand past the budgets (size, depth) or into a cycle.
+
+    Sizes and depths are computed once per distinct node (memoised), so this is linear in the
+    document's own size whatever the expansion."""
+    size: dict[int, int] = {}
+    depth: dict[int, int] = {}
+    distinct = 0
+    # iterative post-order walk over distinct nodes
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    on_path: set[int] = set()
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            on_path.discard(key)
+            kids = _children(node)
+            size[key] = 1 + sum(size[id(k)] for k in kids)
+            depth[key] = 1 + max((depth[id(k)] for k in kids), default=0)
+            continue
+        if key in size:
+            continue
+        if key in on_path:
+            raise YamlRefused("invalid YAML: an alias refers to a node that contains it (a recursive structure)",
+                              node.start_mark.line + 1)
+        distinct += 1
+        on_path.add(key)
+        stack.append((node, True))
+        for k in _children(node):
+            if id(k) in on_path:
+                raise YamlRefused("invalid YAML: an alias refers to a node that contains it (a recursive structure)",
+                                  k.start_mark.line + 1)
+            if id(k) not in size:
+                stack.append((k, False))
+    total = size[id(root)]
+    if total - distinct > max(YAML_MAX_ALIAS_NODES, distinct):
+        raise YamlRefused(f"YAML aliases expand {distinct:,} nodes into {total:,} (an alias bomb?); "
+                          f"refused over {max(YAML_MAX_ALIAS_NODES, distinct):,} expanded nodes")
+    if depth[id(root)] > YAML_MAX_DEPTH:
+        raise YamlRefused(f"invalid YAML: nested more than {YAML_MAX_DEPTH} levels deep through aliases")
+
+
+def _children(node: Any) -> list[Any]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
+
+
+def parse_yaml(text: str) -> Any:
+    """YAML text → Python values, safely: only plain types (``SafeLoader``), at most
+    :data:`YAML_MAX_DEPTH` levels deep, aliases expanding to at most :data:`YAML_MAX_ALIAS_NODES`
+    extra nodes, one document. Raises :class:`YamlRefused` (one line, the line number when known)."""
+    loader = None
+    try:
+        loader = _BudgetLoader(text)  # the reader refuses control characters here
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node)
+        return loader.construct_document(node)
+    except YamlRefused:
+        raise
+    except RecursionError:
+        raise YamlRefused(f"invalid YAML: nested too deeply") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        problem = " ".join(str(getattr(exc, "problem", None) or exc).split())
+        line = mark.line + 1 if mark else None
+        if isinstance(exc, yaml.reader.ReaderError):  # a control character: say which, and where
+            line = text.count("\n", 0, exc.position) + 1
+            problem = f"unacceptable character #x{exc.character:04x}: control characters are not allowed"
+        raise YamlRefused(f"invalid YAML: {problem[:200]}", line) from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
+
+def read_yaml_file(path: Path, error: type[BencaoError] = ConfigError) -> Any:
+    """A YAML file read with :func:`parse_yaml`: UTF-8 (a BOM allowed), at most :data:`YAML_MAX_BYTES`;
+    every failure one line naming the file (and line)."""
+    try:
+        size = path.stat().st_size
+        if size > YAML_MAX_BYTES:
+            raise error(f"{path}: {size:,} bytes, over the {YAML_MAX_BYTES:,}-byte limit of a YAML file")
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: not UTF-8 (byte 0x{raw[exc.start:exc.start + 1].hex()}); YAML files must be UTF-8") from None
+    try:
+        return parse_yaml(text)
+    except YamlRefused as exc:
+        raise error(f"{path}:{exc.line}: {exc.problem}" if exc.line else f"{path}: {exc.problem}") from None
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping (a recipe, a mapping file): a path, or the name of a shipped recipe."""
+    path = resolve_config_path(path)
+    data = read_yaml_file(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -70,8 +209,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | tuple[str, ...]
             raise ConfigError(f"override {ov!r}: expected key=value")
         key, raw = ov.split("=", 1)
         try:
-            value = yaml.safe_load(raw) if raw != "" else ""
-        except yaml.YAMLError:
+            value = parse_yaml(raw) if raw != "" else ""
+        except YamlRefused:
             value = raw
         node = data
         parts = key.strip().split(".")
@@ -107,7 +246,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         raise ConfigError(errors[0])
     if origin is typing.Literal:
         if value not in get_args(tp):
-            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, get_args(tp)))}")
+            raise ConfigError(f"{where}: {short(value)} is not one of {', '.join(map(repr, get_args(tp)))}")
         return value
     if _is_dataclass_type(tp):
         if not isinstance(value, dict):
@@ -131,21 +270,24 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
-        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+        raise ConfigError(f"{where}: expected true/false, got {short(value)}")
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {short(value)}")
         try:
             return int(value)
         except ValueError:
-            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+            raise ConfigError(f"{where}: expected an integer, got {short(value)}") from None
     if tp is float:
         if isinstance(value, bool):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {short(value)}")
         try:
-            return float(value)
+            number = float(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+            raise ConfigError(f"{where}: expected a number, got {short(value)}") from None
+        if math.isnan(number) or math.isinf(number):  # nan passes every comparison: a limit of nan limits nothing
+            raise ConfigError(f"{where}: expected a finite number, got {short(value)}")
+        return number
     if tp is str:
         if isinstance(value, (dict, list)):
             raise ConfigError(f"{where}: expected a string")

@@ -29,3 +29,24 @@ class InvalidValue(BencaoError, ValueError):
     """A value that cannot be stored (an empty name, a control character, a lone surrogate, a name
     over the length limit). Raised where the value is checked, without the file; the ingestion
     registry turns it into an :class:`InputError` naming the file and the record being read."""
+
+
+class DiskFull(BencaoError):
+    """The file system (or the SQLite store's size limit) ran out of space while writing."""
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """An OSError ENOSPC/EDQUOT, or SQLite's SQLITE_FULL ("database or disk is full")."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return True
+    if isinstance(exc, OSError) and exc.errno is None:  # numpy's tofile on a full disk: "3025 requested and 2032 written"
+        import re
+
+        if re.fullmatch(r"\d+ requested and \d+ written", str(exc)):
+            return True
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF == 13:  # SQLITE_FULL
+        return True
+    return type(exc).__name__ == "OperationalError" and "database or disk is full" in str(exc)

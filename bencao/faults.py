@@ -21,13 +21,23 @@ Points (where the code calls :func:`fault`):
 - ``jsonl.torn``      resumable JSONL output: half of a record's line written
 - ``dataset.written`` data runs: one split's JSONL file of a dataset written (``@1``: train written, eval not yet)
 - ``extract.committed`` data extract: the run's document committed, the previous run's not yet removed
+
+In-process hooks (tests): :func:`on` runs a function when the process reaches :func:`call` of a
+point, e.g. to change an input file at a precise moment of a read, deterministically:
+
+- ``ingest.hashed``   graph add/build: the input is hashed, not yet parsed
+- ``ingest.reading``  graph add/build: the parse read of the input has read its first block (or line)
+- ``sqlite.write``    graph store: before each write statement of a commit (a full disk can be simulated)
+- ``file.write``      graph add/build: before each file of the indexes/snippets is written
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections import Counter
+from typing import Callable, Iterator
 
 ENV = "BENCAO_FAULT"
 EXIT_CODE = 137
@@ -65,3 +75,27 @@ def fault(point: str) -> None:
     """Exit with status 137 here when ``BENCAO_FAULT`` names this point (and its visit count is reached)."""
     if hit(point):
         die(point)
+
+
+_hooks: dict[str, list[Callable[[], None]]] = {}
+
+
+@contextlib.contextmanager
+def on(point: str, fn: Callable[[], None]) -> Iterator[None]:
+    """Run ``fn`` each time the process reaches :func:`call` of ``point`` inside the block (tests)."""
+    _hooks.setdefault(point, []).append(fn)
+    try:
+        yield
+    finally:
+        _hooks[point].remove(fn)
+        if not _hooks[point]:
+            del _hooks[point]
+
+
+def call(point: str) -> None:
+    """Run the hooks registered for ``point`` (none, normally: one dict lookup), and die there when
+    ``BENCAO_FAULT`` names it."""
+    if _hooks:
+        for fn in list(_hooks.get(point, ())):
+            fn()
+    fault(point)

@@ -63,7 +63,89 @@ LIMIT_OPTIONS = ("encoding", "max_line_bytes", "max_bytes", "max_ratio", "max_na
 _RATIO_FLOOR = 16 * MiB
 _CHUNK = MiB
 
+class ReadWatch:
+    """The reads of one input file during its ingestion (:func:`watching`): the bytes of every complete
+    read are hashed, so the registry can check that what was parsed is what was hashed into the
+    document id, and the file's size and modification time are compared before and after."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.key = _file_key(path)
+        self.before = _stat_key(path)
+        self.digests: list[str] = []  # sha1 of the (decompressed) bytes of each read that reached the end
+
+    def verify(self, expected: str) -> None:
+        """InputError when the file changed since the watch began: another size, modification time or
+        file, or a complete read that saw other bytes than ``expected`` (the hash in the document id)."""
+        after = _stat_key(self.path)
+        if after != self.before or any(d != expected for d in self.digests):
+            what = "grew or shrank" if after is None or self.before is None or after[0] != self.before[0] else "was modified"
+            raise InputError(self.path, f"the file {what} while it was read; nothing was added (add it again once it is complete)")
+
+
+def _file_key(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _stat_key(path: Path) -> tuple[int, int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev
+
+
+class _ReadHasher:
+    """Hashes one read of a watched file; recorded in the watch when the read reaches the end."""
+
+    def __init__(self, watch: ReadWatch):
+        self.watch = watch
+        self.h = hashlib.sha1()
+        self.n = 0
+        self.done = False
+
+    def update(self, data: bytes) -> None:
+        if not data:
+            if not self.done:
+                self.done = True
+                self.watch.digests.append(self.h.hexdigest())
+            return
+        self.h.update(data)
+        first = self.n == 0
+        self.n += len(data)
+        if first:
+            faults.call("ingest.reading")
+
+
+_WATCH: contextvars.ContextVar[ReadWatch | None] = contextvars.ContextVar("bencao_read_watch", default=None)
+
+
+@contextlib.contextmanager
+def watching(path: str | Path) -> Iterator[ReadWatch]:
+    """Hash every read of ``path`` inside the block (see :class:`ReadWatch`)."""
+    token = _WATCH.set(ReadWatch(Path(path)))
+    try:
+        yield _WATCH.get()  # type: ignore[misc]
+    finally:
+        _WATCH.reset(token)
+
+
+def read_hasher(path: str | Path) -> _ReadHasher | None:
+    """A hasher for a read of ``path`` when it is the watched input (:func:`watching`), else None.
+    Feed it every byte read in order, then ``b""`` at the end of the file."""
+    w = _WATCH.get()
+    if w is None or w.key is None or _file_key(Path(path)) != w.key:
+        return None
+    return _ReadHasher(w)
+
+
 _LIMITS: contextvars.ContextVar[ReadLimits] = contextvars.ContextVar("bencao_read_limits", default=ReadLimits())
+#: What the name/title normalisation changed while a file was read (counts for the add's summary).
+_CLEANED: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("bencao_cleaned", default=None)
 _RECORD: contextvars.ContextVar[str | None] = contextvars.ContextVar("bencao_current_record", default=None)
 
 
@@ -75,12 +157,24 @@ def read_limits() -> ReadLimits:
 @contextlib.contextmanager
 def using_limits(limits: ReadLimits) -> Iterator[ReadLimits]:
     """Read with ``limits`` inside the block; the record being read is tracked for error messages."""
-    t1, t2 = _LIMITS.set(limits), _RECORD.set(None)
+    t1, t2, t3 = _LIMITS.set(limits), _RECORD.set(None), _CLEANED.set({})
     try:
         yield limits
     finally:
         _LIMITS.reset(t1)
         _RECORD.reset(t2)
+        _CLEANED.reset(t3)
+
+
+def cleaned_counts() -> dict[str, int]:
+    """What :func:`check_name` and :func:`clean_title` changed inside the current :func:`using_limits` block."""
+    return dict(_CLEANED.get() or {})
+
+
+def _count(what: str, n: int = 1) -> None:
+    c = _CLEANED.get()
+    if c is not None:
+        c[what] = c.get(what, 0) + n
 
 
 def limits_from_options(options: dict[str, Any], where: str) -> ReadLimits:
@@ -95,13 +189,22 @@ def limits_from_options(options: dict[str, Any], where: str) -> ReadLimits:
         if getattr(limits, key) <= 0:
             raise BencaoError(f"{where}: option {key}={getattr(limits, key)!r}: expected a positive number")
     if limits.encoding:
-        import codecs
-
-        try:
-            codecs.lookup(limits.encoding)
-        except LookupError:
-            raise BencaoError(f"{where}: option encoding={limits.encoding!r}: unknown encoding") from None
+        check_encoding(limits.encoding, where)
     return limits
+
+
+def check_encoding(encoding: str, where: str) -> str:
+    """``encoding`` when it names a text encoding; BencaoError for an unknown one or a codec that is
+    not text (rot13, base64, hex, zlib: bytes-to-bytes or str-to-str transforms)."""
+    import codecs
+
+    try:
+        info = codecs.lookup(encoding)
+    except LookupError:
+        raise BencaoError(f"{where}: option encoding={encoding!r}: unknown encoding") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise BencaoError(f"{where}: option encoding={encoding!r}: not a text encoding (use e.g. utf-8, gb18030, big5, latin-1)")
+    return encoding
 
 
 def set_record(where: str | None) -> None:
@@ -119,7 +222,7 @@ def current_record() -> str | None:
 class _Source:
     """One input file opened for bounded reading: decompresses ``.gz``, counts bytes, names the file."""
 
-    def __init__(self, path: Path, limits: ReadLimits | None):
+    def __init__(self, path: Path, limits: ReadLimits | None, watch: bool = True):
         self.path = path
         self.limits = limits
         self.compressed = path.name.endswith(".gz")
@@ -138,6 +241,7 @@ class _Source:
         self._raw.seek(0)
         self._fh: BinaryIO = gzip.GzipFile(fileobj=self._raw, mode="rb") if self.compressed else self._raw  # type: ignore[assignment]
         self.total = 0
+        self.hasher = read_hasher(path) if watch else None
 
     def close(self) -> None:
         if self._fh is not self._raw:
@@ -160,6 +264,8 @@ class _Source:
             after = f" after {self.total:,} good decompressed bytes" if self.total else ""
             raise InputError(self.path, f"{what} gzip data{after} ({exc})") from None
         self.total += len(data)
+        if self.hasher is not None:
+            self.hasher.update(data)
         lim = self.limits
         if lim is not None:
             if self.total > lim.max_bytes:
@@ -204,32 +310,70 @@ def read_bytes(path: str | Path, limits: ReadLimits | None = None) -> bytes:
                 break
             base = len(buf)
             buf += chunk
-            first = chunk.find(b"\n")
-            if first >= 0:
+            m = _EOL.search(chunk)  # LF, CRLF or a bare CR ends a line
+            if m is not None:
+                first = m.start()
                 if base + first - line_start > lim.max_line_bytes:
                     raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
-                line_start = base + chunk.rfind(b"\n") + 1
+                line_start = base + max(chunk.rfind(b"\n"), chunk.rfind(b"\r")) + 1
             if len(buf) - line_start > lim.max_line_bytes:
                 raise _too_long(path, _line_of(buf, line_start), lim.max_line_bytes)
     return bytes(buf)
 
 
+_EOL = re.compile(rb"[\r\n]")
+
+
+class LineTooLong(Exception):
+    def __init__(self, lineno: int):
+        self.lineno = lineno
+
+
+def split_lines(read: Any, limit: int) -> Iterator[bytes]:
+    """Lines of a byte stream (``read(n)`` until ``b""``) without their endings: LF, CRLF and a bare
+    CR each end a line. A line longer than ``limit`` raises :class:`LineTooLong` once ``limit`` bytes
+    of it are held (memory stays bounded whatever the line structure)."""
+    pending = b""
+    lineno = 0
+    step = max(1, min(_CHUNK, limit + 1))
+    while True:
+        chunk = read(step)
+        if not chunk:
+            break
+        data = pending + chunk if pending else chunk
+        parts = data.splitlines(keepends=True)
+        last = parts[-1]
+        if last.endswith(b"\n"):
+            pending, complete = b"", parts
+        else:  # no ending yet, or a CR that may be the first half of a CRLF: wait for the next chunk
+            pending, complete = last, parts[:-1]
+        for part in complete:
+            lineno += 1
+            body = part.rstrip(b"\r\n") if part[-1:] in (b"\n", b"\r") else part
+            if len(body) > limit:
+                raise LineTooLong(lineno)
+            yield body
+        if len(pending) > limit + 1:
+            raise LineTooLong(lineno + 1)
+    if pending:
+        body = pending[:-1] if pending.endswith(b"\r") else pending
+        if len(body) > limit:
+            raise LineTooLong(lineno + 1)
+        yield body
+
+
 def iter_raw_lines(path: str | Path, limits: ReadLimits | None = None) -> Iterator[tuple[int, bytes]]:
-    """Stream ``(line_number, bytes)`` without the line ending, each line within ``max_line_bytes``."""
+    """Stream ``(line_number, bytes)`` without the line ending (LF, CRLF or CR), each line within ``max_line_bytes``."""
     path = Path(path)
     lim = limits or read_limits()
     with _Source(path, lim) as src:
         lineno = 0
-        while True:
-            raw = src.readline(lim.max_line_bytes + 1)
-            if not raw:
-                return
-            lineno += 1
-            if len(raw) > lim.max_line_bytes and not raw.endswith(b"\n"):
-                raise _too_long(path, lineno, lim.max_line_bytes)
-            if raw.endswith(b"\n"):
-                raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
-            yield lineno, raw
+        try:
+            for raw in split_lines(src.read, lim.max_line_bytes):
+                lineno += 1
+                yield lineno, raw
+        except LineTooLong as exc:
+            raise _too_long(path, exc.lineno, lim.max_line_bytes) from None
 
 
 # --------------------------------------------------------------------------- decoding
@@ -248,6 +392,108 @@ def _looks_single_byte(data: bytes) -> bool:
     high = int(np.count_nonzero(a >= 0x80))
     pairs = int(np.count_nonzero((a[:-1] >= 0x81) & (a[:-1] <= 0xFE) & (a[1:] >= 0x40) & (a[1:] <= 0x7E)))
     return high > 0 and pairs / high > 0.5
+
+
+#: Characters that are rare in Chinese text but what Big5 read as GB18030 (or the reverse) is full of:
+#: private use, replacement, kana, half-width katakana, Greek, Cyrillic, pinyin letters, box drawing, small forms.
+_ODD = re.compile("[\ue000-\uf8ff\ufffd\u3040-\u30ff\uff61-\uff9f\u0370-\u03ff\u0400-\u04ff\u0100-\u024f\u2500-\u257f\ufe50-\ufe6f]")
+_PUA = re.compile("[\ue000-\uf8ff\ufffd]")
+_NON_ASCII = re.compile("[^\x00-\x7f]")
+#: Chinese double-byte encodings told apart when guessing (both decode almost any high bytes).
+_CHINESE = ("gb18030", "big5")
+_CHINESE_CODECS = {"gb18030", "gbk", "gb2312", "big5", "cp950", "big5hkscs", "hz", "euc_cn"}
+_SAMPLE = 1 << 20
+
+
+def _oddness(text: str) -> tuple[int, int, int]:
+    """(private-use/replacement characters, odd characters (see _ODD), non-ASCII characters) of ``text``."""
+    return len(_PUA.findall(text)), len(_ODD.findall(text)), len(_NON_ASCII.findall(text))
+
+
+def guess_chinese(data: bytes) -> str:
+    """``gb18030`` or ``big5`` for bytes that are not UTF-8: the one whose decoding has fewer undecodable
+    bytes and fewer odd characters (kana, Greek, private use ... are what Big5 read as GB18030 gives);
+    GB18030 on a tie."""
+    head = data
+    if len(data) > _SAMPLE:
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        head = data[: cut if cut > 0 else _SAMPLE]
+    best, best_score = "gb18030", None
+    for enc in _CHINESE:
+        text = head.decode(enc, "replace")
+        pua, odd, _ = _oddness(text)
+        score = odd + 10 * pua
+        if best_score is None or score < best_score:
+            best, best_score = enc, score
+    return best
+
+
+def check_decoded(data: bytes, encoding: str, path: Path, declared: bool) -> None:
+    """Refuse bytes that ``encoding`` decodes into implausible text.
+
+    A declared legacy encoding over bytes that are valid UTF-8 (with non-ASCII) is refused (``-o
+    encoding=gb18030`` on a UTF-8 file stores mojibake); so is a decoding where more than 2 % of
+    the non-ASCII characters are private-use or replacement characters, and, for the Chinese
+    encodings, one where more than 10 % are kana/Greek/Cyrillic/pinyin/box drawing while the other
+    Chinese encoding reads the bytes cleanly (Big5 read as GB18030, or the reverse). Only the first
+    MiB is judged."""
+    name = codec_name(encoding)
+    if name.startswith("utf") or name in ("ascii",):
+        return
+    head = data
+    if len(data) > _SAMPLE:  # judge whole lines of the first MiB
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        head = data[: cut if cut > 0 else _SAMPLE]
+    if head.isascii():
+        return
+    how = "declared" if declared else "detected"
+    if declared:
+        _utf8_under_declared(head, encoding, path)
+    text = head.decode(encoding, "replace")
+    pua, odd, nonascii = _oddness(text)
+    if nonascii < 8:
+        return
+    implausible = pua > max(2, nonascii * 0.02)
+    if not implausible and not (name in _CHINESE_CODECS and odd > nonascii * 0.10):
+        return
+    alt = _clean_alternative(head, name)
+    hint = f" and it reads cleanly as {alt}: give -O encoding={alt}" if alt else " (give the right encoding option: gb18030, big5, ...)"
+    if implausible:
+        raise InputError(path, f"read as {encoding} ({how}), {pua:,} of {nonascii:,} non-ASCII characters are private-use or "
+                               f"undecodable: not {encoding} text{hint}")
+    if alt:  # kana/Greek/... alone may be real text: refused only when the other encoding is clean
+        raise InputError(path, f"read as {encoding} ({how}) the text is implausible ({odd:,} of {nonascii:,} non-ASCII "
+                               f"characters are kana, Greek, Cyrillic, pinyin or box drawing){hint}")
+
+
+def _utf8_under_declared(data: bytes, encoding: str, path: Path) -> None:
+    """Refuse a declared legacy encoding over bytes that are UTF-8 with non-ASCII text."""
+    if len(data) > _SAMPLE:  # judge whole lines of the first MiB
+        cut = data.rfind(b"\n", 0, _SAMPLE)
+        data = data[: cut if cut > 0 else _SAMPLE]
+    if codec_name(encoding).startswith("utf") or data.isascii():
+        return
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return
+    raise InputError(path, f"encoding={encoding} is declared but the bytes are UTF-8 (read as {encoding} they would be "
+                           "mojibake): drop the encoding option")
+
+
+def _clean_alternative(head: bytes, name: str) -> str | None:
+    """The other Chinese encoding that decodes ``head`` without errors into plausible text, if any."""
+    for alt in _CHINESE:
+        if codec_name(alt) == name:
+            continue
+        try:
+            alt_text = head.decode(alt)
+        except UnicodeDecodeError:
+            continue
+        a_pua, a_odd, a_non = _oddness(alt_text)
+        if a_pua == 0 and a_odd <= a_non * 0.01:
+            return alt
+    return None
 
 
 def _encoding_hint(data: bytes, start: int) -> str:
@@ -303,8 +549,10 @@ def decode_text(data: bytes, path: str | Path, encoding: str | None = None, gues
         except LookupError:
             raise InputError(path, f"unknown encoding {encoding!r}") from None
         except UnicodeDecodeError as exc:
+            _utf8_under_declared(data[:_SAMPLE], encoding, path)
             raise InputError(path, f"cannot decode as {encoding}: byte 0x{data[exc.start:exc.start + 1].hex()}",
                              record=f"line {_line_of(data, exc.start)}") from None
+        check_decoded(data, encoding, path, declared=True)
         return text[1:] if text.startswith("\ufeff") else text
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
@@ -315,12 +563,14 @@ def decode_text(data: bytes, path: str | Path, encoding: str | None = None, gues
         if not guess:
             raise _not_utf8(data, path, exc) from None
         first = exc
+    enc = guess_chinese(data)
     try:
-        text = data.decode("gb18030")
+        text = data.decode(enc)
     except UnicodeDecodeError:
-        raise _not_utf8(data, path, first, allowed="UTF-8 or GB18030") from None
-    if _looks_single_byte(data):
+        raise _not_utf8(data, path, first, allowed="UTF-8, GB18030 or Big5") from None
+    if enc == "gb18030" and _looks_single_byte(data):
         raise _not_utf8(data, path, first, allowed="UTF-8, and GB18030 would give mojibake") from None
+    check_decoded(data, enc, path, declared=False)
     return text
 
 
@@ -345,9 +595,18 @@ def iter_lines(path: str | Path, encoding: str | None = None) -> Iterator[tuple[
     a NUL byte, is refused naming its number. Each line read becomes the current record.
     """
     path = Path(path)
-    encoding = encoding or read_limits().encoding or "utf-8"
+    declared = encoding or read_limits().encoding
+    encoding = declared or "utf-8"
     utf8 = codec_name(encoding) == "utf-8"
+    sample: list[bytes] | None = [] if declared and not utf8 else None  # the first MiB, to check the declared encoding
+    size = 0
     for lineno, raw in iter_raw_lines(path):
+        if sample is not None:
+            sample.append(raw)
+            size += len(raw) + 1
+            if size >= _SAMPLE:
+                check_decoded(b"\n".join(sample), encoding, path, declared=True)
+                sample = None
         if lineno == 1:
             if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
                 raise InputError(path, "UTF-16 text (byte-order mark); convert it to UTF-8")
@@ -360,9 +619,12 @@ def iter_lines(path: str | Path, encoding: str | None = None) -> Iterator[tuple[
         except UnicodeDecodeError as exc:
             if utf8:
                 raise _not_utf8(raw, path, exc, line=lineno) from None
+            _utf8_under_declared(raw, encoding, path)
             raise InputError(path, f"cannot decode as {encoding}: byte 0x{raw[exc.start:exc.start + 1].hex()}", record=f"line {lineno}") from None
         _RECORD.set(f"line {lineno}")
         yield lineno, line
+    if sample:
+        check_decoded(b"\n".join(sample), encoding, path, declared=True)
 
 
 # --------------------------------------------------------------------------- values
@@ -386,9 +648,43 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
+#: Invisible characters removed from names and titles: format characters (zero-width space/joiners,
+#: soft hyphen, word joiner, a BOM inside text, invisible operators, tags) and bidirectional controls
+#: (LRM/RLM/ALM, embeddings, overrides, isolates). Two names that print the same then match.
+INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+_TITLE_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
+#: Longest section title kept; a longer one (a paragraph or a file pasted into a heading) is cut.
+MAX_TITLE_CHARS = 200
+
+
+def clean_title(value: str, what: str = "section title") -> str:
+    """A title normalised for storage: invisible characters removed, control characters and line
+    breaks (BEL, ESC, newlines) turned into one space, at most :data:`MAX_TITLE_CHARS` characters
+    (cut with '…'). Each change is counted for the add's summary. NUL and lone surrogates are refused."""
+    check_text(value, what)
+    title = value
+    if INVISIBLE.search(title):
+        n = len(title)
+        title = INVISIBLE.sub("", title)
+        _count("invisible_characters_removed", n - len(title))
+    if _TITLE_CONTROL.search(title):
+        title = " ".join(_TITLE_CONTROL.sub(" ", title).split())
+        _count("titles_with_control_characters")
+    title = title.strip()
+    if len(title) > MAX_TITLE_CHARS:
+        title = title[: MAX_TITLE_CHARS - 1] + "…"
+        _count("titles_cut")
+    return title
+
+
 def check_name(value: str, what: str = "name", max_chars: int | None = None) -> str:
-    """A name stripped of surrounding whitespace; refused when empty, over ``max_chars`` (default: the
-    limit in force), or holding control characters or lone surrogates."""
+    """A name stripped of surrounding whitespace and of invisible characters (:data:`INVISIBLE`,
+    counted); refused when empty, over ``max_chars`` (default: the limit in force), or holding
+    control characters or lone surrogates."""
+    if INVISIBLE.search(value):
+        n = len(value)
+        value = INVISIBLE.sub("", value)
+        _count("invisible_characters_removed", n - len(value))
     name = value.strip()
     if not name:
         raise InvalidValue(f"{what} is empty" + (" (whitespace only)" if value else ""))
@@ -425,6 +721,26 @@ def _bad_json_string(obj: Any, where: str = "") -> tuple[str, str] | None:
     return None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object that gives the same key twice (``json.loads`` would keep the last, silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise DuplicateKey(f"duplicate key {k[:60]!r} in a JSON object (which value is meant?)")
+            seen.add(k)
+    return out
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` refusing objects with duplicate keys (:class:`DuplicateKey`)."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line_number, object)`` for each non-blank line of a JSONL file (``.gz`` allowed), streaming.
 
@@ -438,7 +754,9 @@ def iter_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> Iterator[tup
             continue
         where = f"line {lineno}"
         try:
-            obj = json.loads(line)
+            obj = loads_json(line)
+        except DuplicateKey as exc:
+            raise InputError(path, str(exc), record=where) from None
         except json.JSONDecodeError as exc:
             raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", record=where) from None
         except RecursionError:
@@ -469,11 +787,38 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     os.close(fd)
     tmp_path = Path(tmp)
     try:
+        faults.call("file.write")
         yield tmp_path
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def remove_stale_tmp(directory: str | Path, pattern: str) -> int:
+    """Remove temporary files/directories ``<name>.tmp-<pid>-<thread>`` matching ``pattern`` in
+    ``directory`` whose writing process no longer runs (it was killed mid-write). Returns how many."""
+    import shutil
+
+    n = 0
+    for p in Path(directory).glob(pattern):
+        m = re.search(r"\.tmp-(\d+)(?:-\d+)?$", p.name)
+        if not m:
+            continue
+        pid = int(m.group(1))
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # still running: its file, not ours to remove
+        except ProcessLookupError:
+            pass
+        except (PermissionError, OSError):
+            continue
+        with contextlib.suppress(OSError):
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+            n += 1
+    return n
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
@@ -576,7 +921,7 @@ def content_hash(*parts: object, length: int = 16) -> str:
 def file_hash(path: str | Path, limits: ReadLimits | None = None) -> str:
     """sha1 of a file's (decompressed) bytes, streamed; within ``limits`` when given (inputs), unbounded otherwise."""
     h = hashlib.sha1()
-    with _Source(Path(path), limits) as src:
+    with _Source(Path(path), limits, watch=False) as src:
         while True:
             chunk = src.read(_CHUNK)
             if not chunk:

@@ -19,10 +19,12 @@ from the same inputs and that nothing wrote to since (``make eval-corpus`` build
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
 import shutil
+import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -227,15 +229,44 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
                 _build_indexes(g, cfg, root, progress)
             g.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             fault("build.indexed")
+            built = {r[0] for r in g.conn.execute("SELECT id FROM documents")}
         finally:
             g.close()
+        dropped = _dropped_documents(graph_dir, built)  # under the writer lock: no add can come in between
         _swap_in(tmp, graph_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     with Graph.open(graph_dir) as g:
         stats = g.stats()
-    return {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": docs, "stats": stats}
+    out = {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": docs, "stats": stats}
+    if dropped:
+        out["dropped_documents"] = dropped
+    return out
+
+
+def _dropped_documents(graph_dir: Path, built: set[str]) -> list[dict[str, Any]]:
+    """Documents of the graph being replaced that the rebuilt one lacks: added with ``graph add``
+    (perhaps by an add that waited while this build started), not by the recipe. The CLI says so."""
+    if not (graph_dir / "graph.sqlite").exists():
+        return []
+    db = (graph_dir / "graph.sqlite").resolve()
+    sides = [db.with_name(db.name + suffix) for suffix in ("-wal", "-shm")]
+    existed = {p for p in sides if p.exists()}
+    try:  # plain SQLite, read-only: Graph.open would also tidy the directory this build is about to use
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        try:
+            rows = conn.execute("SELECT id, source FROM documents ORDER BY rowid").fetchall()
+        finally:
+            conn.close()
+        return [{"document": r[0], "source": r[1]} for r in rows if r[0] not in built]
+    except (OSError, sqlite3.Error):
+        return []
+    finally:  # leave the old graph's files as they were (no other writer: this build holds the lock)
+        for p in sides:
+            if p not in existed:
+                with contextlib.suppress(OSError):
+                    p.unlink()
 
 
 def _book_report(g: Graph, graph_dir: Path) -> dict[str, Any] | None:

@@ -54,6 +54,12 @@ def build(
         return
     typer.echo(f"built {result['graph']} in {result['seconds']:.1f}s: {s['documents']} documents, {s['sections']} sections, "
                f"{s['snippets']} snippets, {s['entities']} entities, {s['triples']} triples")
+    dropped = result.get("dropped_documents") or []
+    if dropped:
+        names = ", ".join(d["source"] for d in dropped[:5]) + (f" and {len(dropped) - 5} more" if len(dropped) > 5 else "")
+        typer.echo(f"warning: the graph this build replaced held {len(dropped)} document(s) the recipe does not make ({names}), "
+                   "added with `bencao graph add` (perhaps while this build ran): they are not in the rebuilt graph; add them again",
+                   err=True)
 
 
 @graph_app.command("index")
@@ -100,12 +106,20 @@ def add(
 
     with writer_lock(graph), Graph.open(graph, create=create) as g:  # one writer at a time: others wait, then go on
         doc_id, added, counts = ingest_file(g, format, path, _parse_options(option or []), title=title, licence=licence)
-        if added:
-            g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
-            fault("add.manifest")
-            _reintegrate(g)
-        # also when unchanged: a run killed between its commit and this step left the indexes behind
-        refreshed = refresh_indexes(g)
+        try:
+            if added:
+                g.write_manifest("add", {"document": doc_id, "source": path.name, "format": format, **counts})
+                fault("add.manifest")
+                _reintegrate(g)
+            # also when unchanged: a run killed between its commit and this step left the indexes behind
+            refreshed = refresh_indexes(g)
+        except OSError as exc:
+            from bencao.errors import DiskFull, is_disk_full
+
+            if not is_disk_full(exc):
+                raise
+            raise DiskFull(f"no space left on device while writing {exc.filename or graph}; the document {doc_id} is in the graph "
+                           "but its indexes are behind (temporary files removed): free some space and run the command again") from None
         if added:
             typer.echo(f"added {doc_id} ({path.name}): " + ", ".join(f"{v} {k}" for k, v in counts.items()))
         else:

@@ -286,6 +286,10 @@ def _alias_key_db(tables: _AliasTables, g: Graph) -> sqlite3.Connection | None:
     sid, gen = g.state_key()[1:3]
     path = g.dir / "cache" / f"alias-keys-v{_KEY_DB_VERSION}-{content_hash(sid, length=12)}-{gen}-{content_hash(*tables.qualifiers, length=8)}.sqlite"
     if not path.exists():
+        from bencao.io import remove_stale_tmp
+
+        if path.parent.is_dir():  # a build killed mid-write left its temporary file: nothing else removes it
+            remove_stale_tmp(path.parent, "alias-keys-*.tmp-*")
         tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

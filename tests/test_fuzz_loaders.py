@@ -123,6 +123,14 @@ def _bomb() -> bytes:
     return b"".join([co.compress(block) for _ in range(64)] + [co.flush()])
 
 
+def _yaml_bomb(levels: int = 9) -> bytes:
+    """'Billion laughs': ~600 bytes of YAML whose aliases stand for 9**levels strings."""
+    out = 'l0: &l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n'
+    for i in range(1, levels):
+        out += f"l{i}: &l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]\n"
+    return out.encode()
+
+
 def _with(t: Template, payload: bytes) -> bytes:
     return t.make(PH).replace(PH.encode(), payload)
 
@@ -151,6 +159,13 @@ def _cases(fmt: str) -> list[Case]:
         Case(fmt, "wrong-encoding-declared", fn, _with(t, "大枣".encode("utf-8")), options=("encoding=ascii",)),
         Case(fmt, "unknown-encoding-declared", fn, base, options=("encoding=no-such-codec",)),
     ]
+    big5_name = "丹砂雲母養精神安魂魄益氣明目殺精魅邪惡鬼"
+    cases += [  # Big5 declared as GB18030 (mojibake with kana and private-use characters), UTF-8 declared as a legacy encoding
+        Case(fmt, "big5-declared-gb18030", fn, t.make(big5_name).decode("utf-8").encode("big5", "replace"), options=("encoding=gb18030",)),
+        Case(fmt, "utf8-declared-gb18030", fn, t.make("大枣鲜品"), options=("encoding=gb18030",)),
+        Case(fmt, "utf8-declared-latin1", fn, t.make("Jalapeño"), options=("encoding=latin-1",)),
+        Case(fmt, "not-a-text-codec", fn, base, options=("encoding=rot13",)),
+    ]
     if fmt not in ("books-txt", "books-md"):  # running text may be GB18030; structured formats must say so
         cases.append(Case(fmt, "gb18030-undeclared", fn, t.make("大枣").decode("utf-8").encode("gb18030")))
     if t.names_checked:
@@ -176,6 +191,23 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "unterminated-quote", fn, header + b'\n"' + row),
             Case(fmt, "duplicate-column", fn, header + b"," + header.split(b",")[0] + b"\n" + row.rstrip(b"\n") + b",x\n"),
         ]
+    if fmt in ("foodon-jsonl", "ontology-json", "kb-csv"):  # one id, two different names: never merged silently
+        dup = {"foodon-jsonl": base + _jsonl({"id": "FZ:1", "label": "another name"}),
+               "ontology-json": base.replace(b"}]", b'}, {"curie": "FZ:1", "label": "another name"}]', 1),
+               "kb-csv": base + b"DSI900,another name,x\n"}[fmt]
+        cases.append(Case(fmt, "conflicting-duplicate-id", fn, dup))
+    if t.family == "json":
+        cases.append(Case(fmt, "duplicate-json-key", fn, base.replace(b'{"', b'{"zz": 1, "zz": 2, "', 1)))
+    if fmt in ("catalog-csv", "kb-csv", "cases-csv"):
+        header, row = base.split(b"\n", 1)
+        cell = "\n".join(["味甘平"] * 200).encode()  # short physical lines, one long quoted cell
+        fields = row.rstrip(b"\n").split(b",")
+        fields[-1] = b'"' + cell + b'"'
+        cases.append(Case(fmt, "multiline-cell-over-cap", fn, header + b"\n" + b",".join(fields) + b"\n", options=("max_line_bytes=512",)))
+    if fmt == "sections-jsonl":
+        cases.append(Case(fmt, "deep-heading-path", fn, _jsonl({"book": "书", "path": ["书", *["卷"] * 5000, "篇"], "title": "篇", "text": "味甘。"})))
+    if fmt == "books-txt":
+        cases.append(Case(fmt, "deep-heading-path", fn, ("<篇名>书\n<目录>" + "\\".join(["卷"] * 5000) + "\n<篇名>篇\n内容：味甘。\n").encode()))
     if fmt == "kb-csv":
         mapping = t.extra["map.yaml"]
         cases += [
@@ -183,13 +215,38 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "mapping-malformed-yaml", fn, base, extra={"map.yaml": b"entities: [unclosed\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-unknown-key", fn, base, extra={"map.yaml": mapping + b"colour: red\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-deep", fn, base, extra={"map.yaml": b"a: " + b"[" * 50_000 + b"]" * 50_000 + b"\n"}, bad_file="map.yaml"),
+            Case(fmt, "mapping-alias-bomb", fn, base, extra={"map.yaml": _yaml_bomb() + b"entities:\n  id_column: *l8\n"}, bad_file="map.yaml"),
         ]
+    if fmt == "disease-tree":
+        cases += [
+            Case(fmt, "yaml-alias-bomb", fn, b"name: t\n" + _yaml_bomb() + b"classes: [*l8]\n"),
+            Case(fmt, "yaml-deep", fn, b"name: t\nclasses: " + b"[" * 3000 + b"]" * 3000 + b"\n"),
+            Case(fmt, "yaml-recursive-alias", fn, b"name: t\nclasses: &c [{name: a, children: *c}]\n"),
+        ]
+    cases.append(Case(fmt, "nan-option", fn, base, options=("max_ratio=nan",)))
     if fmt in ("obo", "owl"):
         cases += [
             Case(fmt, "json-content", fn, b'{"graphs": [{"id": "x"}]}\n'),
             Case(fmt, "html", fn, b"<html><body>not an ontology</body></html>\n"),
             Case(fmt, "truncated", fn, base[: len(base) * 2 // 3]),
         ]
+    if fmt == "skos":
+        concept = {"@id": "http://example.org/fz/one", "http://www.w3.org/2004/02/skos/core#prefLabel": "fz"}
+        cases += [  # nothing outside the file is read: 127.0.0.1:9 (discard) would only be reached by a fetch
+            Case(fmt, "jsonld-http-context", "c.jsonld", json.dumps({**concept, "@context": "http://127.0.0.1:9/ctx.jsonld"}).encode()),
+            Case(fmt, "jsonld-file-context", "c.jsonld", json.dumps({**concept, "@context": "file:///etc/hostname"}).encode()),
+            Case(fmt, "jsonld-relative-context", "c.jsonld", json.dumps({**concept, "@context": ["ctx.jsonld"]}).encode()),
+            Case(fmt, "jsonld-import", "c.jsonld", json.dumps({**concept, "@context": {"@version": 1.1, "@import": "http://127.0.0.1:9/c"}}).encode()),
+        ]
+    if fmt in ("skos", "owl"):
+        xml_fn = "c.rdf" if fmt == "skos" else fn
+        xml_base = TEMPLATES["owl"].make("fuzz name")
+        laughs = b'<!ENTITY l0 "lol">' + b"".join(f'<!ENTITY l{i} "{("&l" + str(i - 1) + ";") * 10}">'.encode() for i in range(1, 10))
+        for name, dtd, label in [("xml-external-entity", b'<!ENTITY x SYSTEM "file:///etc/hostname">', b"a &x;"),
+                                 ("xml-billion-laughs", laughs, b"&l9;"),
+                                 ("xml-parameter-entity", b'<!ENTITY % p SYSTEM "http://127.0.0.1:9/p">%p;', b"a")]:
+            doc = xml_base.replace(b"<rdf:RDF", b"<!DOCTYPE rdf:RDF [" + dtd + b"]>\n<rdf:RDF", 1).replace(b"fuzz name", label)
+            cases.append(Case(fmt, name, xml_fn, doc))
     if fmt == "owl":
         cases.append(Case(fmt, "no-ontology-element", fn, b'<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"/>\n'))
     if fmt == "obo":
@@ -285,3 +342,73 @@ def test_declared_encoding_is_read(fmt, small_graph, tmp_path, capsys) -> None:
     with sqlite3.connect(graph / "graph.sqlite") as c:
         sql = t.stored or ("SELECT COUNT(*) FROM aliases WHERE alias = ?" if t.names_checked else "SELECT COUNT(*) FROM sections WHERE title = ?")
         assert c.execute(sql, ("大枣鲜品",)).fetchone()[0] >= 1
+
+
+#: Invisible characters (zero-width space and joiner, right-to-left override, a BOM inside a name,
+#: an isolate, a soft hyphen): names that print alike must match, so they are removed at ingestion.
+_INVISIBLE_NAME = "大\u200b枣\u200d鲜\u202e品\ufeff干\u2066果\u00ad"
+
+
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_invisible_characters_removed_from_names(fmt, small_graph, tmp_path, capsys) -> None:
+    import shutil
+
+    graph = tmp_path / "copy"
+    shutil.copytree(small_graph[0], graph)
+    t = TEMPLATES[fmt]
+    if t.stored:
+        pytest.skip("the placeholder is free text (a case record), not a name or a title")
+    payload = _INVISIBLE_NAME if t.family != "xml" else xml_escape(_INVISIBLE_NAME)
+    src, opts = _write_case(Case(fmt, "invisible", t.filename, t.make(payload)), tmp_path / "in", b"")
+    assert _add(graph, fmt, src, opts) == 0, capsys.readouterr().err
+    assert "invisible_characters_removed" in capsys.readouterr().out
+    with sqlite3.connect(graph / "graph.sqlite") as c:
+        if t.names_checked:
+            assert c.execute("SELECT COUNT(*) FROM aliases WHERE alias = '大枣鲜品干果'").fetchone()[0] >= 1
+        elif not t.stored:
+            assert c.execute("SELECT COUNT(*) FROM sections WHERE title = '大枣鲜品干果'").fetchone()[0] >= 1
+        for table, col in (("aliases", "alias"), ("entities", "name"), ("sections", "title")):
+            rows = [r[0] for r in c.execute(f"SELECT {col} FROM {table}")]
+            assert not any(ch in r for r in rows for ch in "\u200b\u200d\u202e\ufeff\u2066\u00ad"), (table, fmt)
+
+
+@pytest.mark.parametrize("change", ["truncate", "append"])
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_file_changing_while_read_is_refused(fmt, change, small_graph, tmp_path, capsys) -> None:
+    """Every format: the input cut or grown between its hash and its parse is refused, graph unchanged."""
+    from bencao import faults
+
+    graph, before = small_graph
+    t = TEMPLATES[fmt]
+    src, opts = _write_case(Case(fmt, "changing", t.filename, t.make("fuzz name")), tmp_path / "in", b"")
+
+    def mutate() -> None:
+        data = src.read_bytes()
+        src.write_bytes(data[: len(data) // 2] if change == "truncate" else data + data[-40:])
+
+    capsys.readouterr()
+    with faults.on("ingest.hashed", mutate):
+        assert _add(graph, fmt, src, opts) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and "while it was read" in err[0] and str(src) in err[0], err
+    assert _dump(graph) == before
+
+
+@pytest.mark.parametrize("fmt", sorted(TEMPLATES))
+def test_full_disk_while_committing_is_one_line(fmt, small_graph, tmp_path, capsys) -> None:
+    """Every format: SQLite's "database or disk is full" during the commit is one line, graph unchanged."""
+    from bencao import faults
+
+    graph, before = small_graph
+    t = TEMPLATES[fmt]
+    src, opts = _write_case(Case(fmt, "disk-full", t.filename, t.make("fuzz name")), tmp_path / "in", b"")
+
+    def full() -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    capsys.readouterr()
+    with faults.on("sqlite.write", full):
+        assert _add(graph, fmt, src, opts) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if not ln.startswith("WARNING")]
+    assert len(err) == 1 and "no space left on device" in err[0] and "previous version is unchanged" in err[0], err
+    assert _dump(graph) == before

@@ -15,6 +15,10 @@ CSV`` (copy the CSVs into the server's import directory, then ``cypher-shell -f 
 CSVs are RFC 4180 (quotes doubled, every text field quoted), UTF-8, so Chinese text, commas,
 quotes and newlines survive (``--multiline-fields=true``). Array values (labels, aliases, heading
 paths) are joined with U+001F, a control character no text contains (``--array-delimiter=U+001F``).
+
+A text cell that starts with ``=``, ``+``, ``-``, ``@``, a tab or a CR (a spreadsheet would run it as
+a formula: "CSV injection") is written with a leading apostrophe, ``'=cmd|...``, the convention
+spreadsheets read as "text"; ids are escaped the same way in every file, so references still match.
 """
 
 from __future__ import annotations
@@ -132,13 +136,23 @@ def _rows(g: Graph, spec: CsvFile) -> Iterator[list[Any]]:
             yield [r["src_id"], r["dst_id"], rel_type(r["kind"]), r["kind"], r["score"]]
 
 
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def safe_cell(value: Any) -> Any:
+    """A text cell a spreadsheet would run as a formula gets a leading apostrophe (see the module doc)."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _write_csv(path: Path, spec: CsvFile, rows: Iterable[list[Any]]) -> int:
     n = 0
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as fh:
         w = csv.writer(fh, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
         fh.write(",".join(spec.header) + "\n")  # header unquoted, exactly as neo4j-admin documents it
         for row in rows:
-            w.writerow(row)
+            w.writerow([safe_cell(v) for v in row])
             n += 1
     return n
 

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from bencao.errors import BencaoError
-from bencao.io import atomic_write_json, check_name, check_text, content_hash
+from bencao import faults
+from bencao.errors import BencaoError, DiskFull, is_disk_full
+from bencao.io import atomic_write_json, check_name, check_text, clean_title, content_hash
 from bencao.text import norm_key
 
 SCHEMA_VERSION = 1
@@ -162,11 +163,18 @@ class DocumentBuilder:
         self._snippet_ord: Counter[str] = Counter()
         self._local_names: dict[tuple[str, str], str] = {}
         self._attrs_cache: dict[tuple, str] = {}
+        self._graph_names: dict[tuple[str, str], str | None] = {}  # (type, key) → id in the graph, prefetched
+        #: ids a record of the source defines (``entity(..., defines=True)``) → (name, record) of the first definition
+        self._defined: dict[str, tuple[str, str | None]] = {}
+        #: (id, first name, first record, other name, other record): one id defined with two different names
+        self.conflicts: list[tuple[str, str, str | None, str, str | None]] = []
+        #: what normalisation and checks changed or found (shown in the add's summary when not zero)
+        self.notes: dict[str, int] = {}
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
         """Add a heading; returns its id. ``parent=None`` makes a root (the book itself)."""
-        title = check_text(title.strip(), "section title") or "(untitled)"
+        title = clean_title(title, "section title") or "(untitled)"
         path = [*self._section_paths[parent], title] if parent else [title]
         ord_ = len(self.sections)
         sid = "S" + content_hash(self.document_id, json.dumps(path, ensure_ascii=False), ord_)
@@ -192,7 +200,7 @@ class DocumentBuilder:
     # -- micro
     def entity(self, name: str, type: str, *, id: str | None = None, layer: str = "book",
                attributes: dict[str, Any] | None = None, description: str | None = None,
-               aliases: Iterable[tuple[str, str]] = ()) -> str:
+               aliases: Iterable[tuple[str, str]] = (), defines: bool = False) -> str:
         """Add (or refer to) an entity; returns its id.
 
         With ``id`` the source's own identifier is used (ontology CURIEs, KB ids). Without it the
@@ -204,7 +212,18 @@ class DocumentBuilder:
         type = check_name(type, "entity type")
         key = norm_key(name)
         if id is None:
-            id = self._local_names.get((type, key)) or self.graph.find_entity_id(key, type) or entity_id_for(name, type)
+            id = self._local_names.get((type, key))
+            if id is None:
+                known = self._graph_names.get((type, key), False)
+                id = (self.graph.find_entity_id(key, type) if known is False else known) or entity_id_for(name, type)
+        if defines:  # a record that defines the entity ``id`` (an ontology term, a KB row), not a mention of it
+            from bencao.io import current_record
+
+            first = self._defined.get(id)
+            if first is None:
+                self._defined[id] = (name, current_record())
+            elif norm_key(first[0]) != key and len(self.conflicts) < 100:
+                self.conflicts.append((id, first[0], first[1], name, current_record()))
         ent = self.entities.get(id)
         if ent is None:
             ent = self.entities[id] = _Entity(id, name, key, type, layer)
@@ -216,6 +235,24 @@ class DocumentBuilder:
         for alias, kind in aliases:
             self.alias(id, alias, kind)
         return id
+
+    def prefetch_names(self, type_: str, names: Iterable[str]) -> None:
+        """Look up in one query per 500 names which of ``names`` the graph already knows as entities of
+        ``type_`` (what :meth:`entity` would ask one name at a time): loaders of large tables call it per batch."""
+        keys = sorted({k for k in (norm_key(n) for n in names if n and n.strip()) if k and (type_, k) not in self._graph_names})
+        for chunk in _chunks(keys, 500):
+            q = ",".join("?" * len(chunk))
+            best: dict[str, tuple[int, int, str]] = {}
+            for norm, eid, is_name, rowid in self.graph.conn.execute(
+                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a JOIN entities e ON e.id = a.entity_id "
+                    f"WHERE a.norm IN ({q}) AND e.type=?", (*chunk, type_)):
+                rank = (-int(is_name), rowid, eid)
+                if norm not in best or rank < best[norm]:
+                    best[norm] = rank
+            for k in chunk:
+                self._graph_names[(type_, k)] = best[k][2] if k in best else None
+        if len(self._graph_names) > 2_000_000:  # bounded: a miss only costs the one-name query
+            self._graph_names.clear()
 
     def alias(self, entity_id: str, alias: str, kind: str) -> None:
         if not alias.strip():
@@ -276,7 +313,77 @@ class DocumentBuilder:
     @property
     def counts(self) -> dict[str, int]:
         return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
-                "aliases": len(self.aliases), "triples": len(self.triples)}
+                "aliases": len(self.aliases), "triples": len(self.triples), **{k: v for k, v in self.notes.items() if v}}
+
+    def hierarchy_cycles(self, relation: str) -> list[list[str]]:
+        """Cycles of ``relation`` among this document's triples (``a is_a b is_a a``, ``a is_a a``): the
+        strongly connected components of more than one entity, and self-loops (iterative Tarjan)."""
+        edges: dict[str, list[str]] = {}
+        loops = []
+        for _tid, h, rel, t, *_ in self.triples.values():
+            if rel == relation:
+                if h == t:
+                    loops.append([h])
+                else:
+                    edges.setdefault(h, []).append(t)
+        index: dict[str, int] = {}
+        low: dict[str, int] = {}
+        on: set[str] = set()
+        stack: list[str] = []
+        out: list[list[str]] = []
+        counter = 0
+        for root in list(edges):
+            if root in index:
+                continue
+            work = [(root, 0)]
+            while work:
+                v, i = work.pop()
+                if i == 0:
+                    index[v] = low[v] = counter
+                    counter += 1
+                    stack.append(v)
+                    on.add(v)
+                succ = edges.get(v, [])
+                if i < len(succ):
+                    work.append((v, i + 1))
+                    w = succ[i]
+                    if w not in index:
+                        work.append((w, 0))
+                    elif w in on:
+                        low[v] = min(low[v], index[w])
+                    continue
+                if low[v] == index[v]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == v:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+                if work:
+                    parent = work[-1][0]
+                    low[parent] = min(low[parent], low[v])
+        return loops + out
+
+    def note_graph_names(self) -> None:
+        """Count the ids this document defines that the graph already has under another name (a new
+        file claiming an existing FoodOn id): the graph keeps its name and the new one becomes an
+        alias, which the add's summary now says (``ids_named_otherwise_in_graph``)."""
+        ids = list(self._defined)
+        n = 0
+        examples: list[str] = []
+        for chunk in _chunks(ids, 500):
+            q = ",".join("?" * len(chunk))
+            for eid, norm, name in self.graph.conn.execute(f"SELECT id, norm, name FROM entities WHERE id IN ({q})", chunk):
+                if norm != norm_key(self._defined[eid][0]):
+                    n += 1
+                    if len(examples) < 3:
+                        examples.append(f"{eid}: {name!r} in the graph, {self._defined[eid][0]!r} here")
+        if n:
+            self.notes["ids_named_otherwise_in_graph"] = n
+            self.meta["ids_named_otherwise_in_graph"] = {"count": n, "examples": examples}
 
 
 # --------------------------------------------------------------------------- graph
@@ -368,29 +475,33 @@ class Graph:
                     "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
                 )
+                faults.call("sqlite.write")
                 c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
+                faults.call("sqlite.write")
                 c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
                 ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
                 c.executemany(
                     "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
-                    [(e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
+                    ((e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
                 )
                 c.executemany(
                     "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
-                    [(e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)],
+                    ((e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
                 )
+                faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
-                    [(k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()],
+                    ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
                 )
                 c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
+                faults.call("sqlite.write")
                 c.executemany(
                     "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    list(b.triples.values()),
+                    iter(b.triples.values()),
                 )
                 c.executemany(
                     "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    list(b.triple_sources.values()),
+                    iter(b.triple_sources.values()),
                 )
                 c.executemany(
                     "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
@@ -428,9 +539,19 @@ class Graph:
                 c.execute("INSERT INTO meta(key, value) VALUES ('generation', '1') "
                           "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
                 c.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('store_id', ?)", (uuid.uuid4().hex,))  # graphs made before it existed
+                faults.call("sqlite.write")
                 c.execute("COMMIT")
-            except BaseException:
-                c.execute("ROLLBACK")
+            except BaseException as exc:
+                # SQLite may already have rolled back by itself (SQLITE_FULL, SQLITE_IOERR): an explicit
+                # ROLLBACK then fails with "no transaction is active" and would hide the real error
+                if c.in_transaction:
+                    try:
+                        c.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        pass
+                if is_disk_full(exc):
+                    raise DiskFull(f"no space left on device while writing {self.dir / DB_NAME}; the previous version is unchanged "
+                                   "(free some space and run the command again)") from None
                 raise
 
     def generation(self) -> int:

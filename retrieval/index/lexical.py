@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 
+from bencao import faults
 from bencao.errors import BencaoError
 from bencao.io import atomic_write_json
 from bencao.text import has_cjk, norm_key, tokenize_key
@@ -253,9 +254,15 @@ class LexicalIndex:
     def save(self, directory: Path) -> None:
         tmp = directory.with_name(directory.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.bm25.save(str(tmp), show_progress=False)
-        TokenVocab.save(self.bm25.vocab_dict, tmp)
-        atomic_write_json(tmp / "ids.json", self.ids)
+        try:
+            faults.call("file.write")
+            self.bm25.save(str(tmp), show_progress=False)
+            faults.call("file.write")
+            TokenVocab.save(self.bm25.vocab_dict, tmp)
+            atomic_write_json(tmp / "ids.json", self.ids)
+        except BaseException:  # a full disk (or any failure) leaves no half-written index behind
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         old = directory.with_name(directory.name + ".old")
         shutil.rmtree(old, ignore_errors=True)
         if directory.exists():

@@ -103,6 +103,17 @@ class RawBook:
     account: BookAccount | None = None  # character accounting (books-txt), checked against the snippets
 
 
+#: Deepest heading path below a book (volumes, chapters …): a ``<目录>`` or a sections-jsonl ``path`` of
+#: 5,000 levels is a broken or hostile file (it made a 99 MB sections index), refused at this depth.
+MAX_HEADING_DEPTH = 32
+
+
+def check_depth(volumes: list[str], path: Path, where: str) -> list[str]:
+    if len(volumes) > MAX_HEADING_DEPTH:
+        raise InputError(path, f"heading path of {len(volumes):,} levels, deeper than the limit of {MAX_HEADING_DEPTH}", record=where)
+    return volumes
+
+
 def split_volume(volume: str) -> list[str]:
     """``卷一\\上经`` → ``[卷一, 上经]`` (the classics nest volume and chapter with a backslash)."""
     return [p.strip() for p in volume.replace("/", "\\").split("\\") if p.strip()] if "\\" in volume else ([volume.strip()] if volume.strip() else [])
@@ -286,7 +297,7 @@ def parse_classics_txt(text: str | Iterable[tuple[int, str]], path: Path, defaul
             acc.heading_chars += len(core) - 4
             title = m.group(2).strip()
             if m.group(1) == "目录":
-                volumes = split_volume(m.group(2))
+                volumes = check_depth(split_volume(m.group(2)), path, f"line {i}")
                 cur = None
                 if not title:
                     acc.skipped["empty <目录> line"] += 1
@@ -396,7 +407,9 @@ def parse_sections_jsonl(path: Path) -> list[RawBook]:
             if vol is not None and not isinstance(vol, str):
                 raise InputError(path, "'volume' must be a string", record=where)
             mid = [vol] if vol else []
-        volumes = [part for v in mid for part in split_volume(v)]
+        if len(mid) > MAX_HEADING_DEPTH:
+            check_depth(mid, path, where)
+        volumes = check_depth([part for v in mid for part in split_volume(v)], path, where)
         book = books.get(book_name)
         if book is None:
             book = books[book_name] = RawBook(title=book_name)

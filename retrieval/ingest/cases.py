@@ -35,8 +35,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bencao.errors import InputError
 from bencao.io import check_name, content_hash, iter_jsonl, read_text, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
@@ -115,7 +113,10 @@ def _load_cases(b: DocumentBuilder, path: Path, options: dict[str, Any], rows: l
     seen: dict[str, str] = {}
     counts = {"cases": 0, "presents": 0, "diagnosed_as": 0, "treated_with": 0}
     for where, rec in rows:
-        case_id = str(rec.get("case_id") or rec.get("id") or "").strip()
+        raw_id = rec.get("case_id") if rec.get("case_id") not in (None, "") else rec.get("id")
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int, type(None))):
+            raise InputError(path, f"'case_id' must be a string or an integer, not {type(raw_id).__name__} {str(raw_id)[:40]!r}", record=where)
+        case_id = str(raw_id if raw_id is not None else "").strip()  # 0 is an id like any other
         if not case_id:
             raise InputError(path, "missing 'case_id' (or 'id')", record=where)
         if case_id in seen:
@@ -251,12 +252,12 @@ def _tree_classes(path: Path) -> tuple[str, list[dict[str, Any]]]:
                 root["children"].append({"name": l2, "code": v.get("level2_code", "").strip(),
                                          "keywords": [k.strip() for k in v.get("keywords", "").split("|") if k.strip()]})
         return path.stem, list(roots.values())
-    try:
-        data = yaml.safe_load(read_text(path, guess=False))  # structured data: UTF-8, or the encoding option
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        why = " ".join(str(getattr(exc, "problem", None) or exc).split())  # one line
-        raise InputError(path, f"invalid YAML: {why}", record=f"line {mark.line + 1}" if mark else None) from None
+    from bencao.config import YamlRefused, parse_yaml
+
+    try:  # depth and alias-expansion budgets: a 600-byte alias bomb is refused, not walked
+        data = parse_yaml(read_text(path, guess=False))  # structured data: UTF-8, or the encoding option
+    except YamlRefused as exc:
+        raise InputError(path, exc.problem, record=f"line {exc.line}" if exc.line else None) from None
     if not isinstance(data, dict) or not isinstance(data.get("classes"), list):
         raise InputError(path, "expected a mapping with a 'classes' list (each {name, code, keywords, children})")
     return str(data.get("name") or path.stem), data["classes"]

@@ -88,29 +88,53 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
     b.relation("variant_of", "a kind listed under a catalogue item, e.g. 大枣 under 枣", opts.entity_type, opts.entity_type)
     catalog = b.entity(opts.catalog, "catalog", layer="terminology", description=opts.catalog_description or None)
     n = 0
-    for row in table.rows():
-        get = lambda role: row.values.get(getattr(cols, role), "").strip() if getattr(cols, role) else ""  # noqa: E731
-        base = get("base_name")
-        if not base:
-            raise InputError(path, f"empty base name (column {cols.base_name!r})", record=row.where)
-        aliases: list[tuple[str, str]] = []
-        if get("name") and get("name") != base:
-            aliases.append((get("name"), "synonym"))
-        variants = variant_aliases(base, get("variants"), opts.variant_separator)
-        if len(variants) == 1:
-            aliases.append((variants[0], "variant"))
-        if get("id"):
-            aliases.append((get("id"), "xref"))
-        attrs = {getattr(cols, role): get(role) for role in _ATTRIBUTE_ROLES if get(role)}
-        listed_attrs = {getattr(cols, r): get(r) for r in ("id", "batch", "date") if get(r)}
-        item = b.entity(base, opts.entity_type, layer="terminology", attributes=attrs, aliases=aliases)
-        b.triple(item, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
-        if len(variants) > 1:
-            for v in variants:
-                kind = b.entity(v, opts.entity_type, layer="terminology", attributes={"variant_of": base, **attrs})
-                b.triple(kind, "variant_of", item, confidence=1.0, layer="imported", origin="catalog-csv")
-                b.triple(kind, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
-        n += 1
+    for batch in _batches(table.rows(), 2000):  # the graph's known names are looked up per batch, not per row
+        names = []
+        for row in batch:
+            base = row.values.get(cols.base_name, "").strip()
+            names.append(base)
+            if cols.variants:
+                names += variant_aliases(base, row.values.get(cols.variants, ""), opts.variant_separator)
+        b.prefetch_names(opts.entity_type, names)
+        for row in batch:
+            n += _add_row(b, path, row, opts, catalog)
     if n == 0:
         raise InputError(path, "empty catalogue: no data rows")
     b.meta["rows"] = n
+
+
+def _batches(rows: Any, size: int) -> Any:
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _add_row(b: DocumentBuilder, path: Path, row: Any, opts: CatalogOptions, catalog: str) -> int:
+    cols = opts.columns
+    get = lambda role: row.values.get(getattr(cols, role), "").strip() if getattr(cols, role) else ""  # noqa: E731
+    base = get("base_name")
+    if not base:
+        raise InputError(path, f"empty base name (column {cols.base_name!r})", record=row.where)
+    aliases: list[tuple[str, str]] = []
+    if get("name") and get("name") != base:
+        aliases.append((get("name"), "synonym"))
+    variants = variant_aliases(base, get("variants"), opts.variant_separator)
+    if len(variants) == 1:
+        aliases.append((variants[0], "variant"))
+    if get("id"):
+        aliases.append((get("id"), "xref"))
+    attrs = {getattr(cols, role): get(role) for role in _ATTRIBUTE_ROLES if get(role)}
+    listed_attrs = {getattr(cols, r): get(r) for r in ("id", "batch", "date") if get(r)}
+    item = b.entity(base, opts.entity_type, layer="terminology", attributes=attrs, aliases=aliases)
+    b.triple(item, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
+    if len(variants) > 1:
+        for v in variants:
+            kind = b.entity(v, opts.entity_type, layer="terminology", attributes={"variant_of": base, **attrs})
+            b.triple(kind, "variant_of", item, confidence=1.0, layer="imported", origin="catalog-csv")
+            b.triple(kind, "listed_in", catalog, confidence=1.0, layer="imported", origin="catalog-csv", attributes=listed_attrs)
+    return 1

@@ -2,8 +2,9 @@
 
 The file is read through ``bencao.io.read_text`` (bounded; UTF-8 unless the loader option
 ``encoding`` names another codec, e.g. ``encoding=gb18030``; bytes that are not valid UTF-8 are refused
-naming the line) and parsed by the standard ``csv`` module with a field-size limit large enough for quoted multi-line cells
-(iDISK's long text columns). Every data row must have exactly as many fields as the header; a
+naming the line) and parsed by the standard ``csv`` module. A cell (quoted multi-line cells
+included, whatever the line structure) may hold at most ``max_line_bytes`` characters (the
+loader option, 8 MiB by default): a larger one is refused with its row, not stored as one snippet. Every data row must have exactly as many fields as the header; a
 row that does not is refused with its row number and physical line, never silently padded.
 """
 
@@ -17,20 +18,24 @@ from pathlib import Path
 from typing import Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_text, set_record
+from bencao.io import read_limits, read_text, set_record
 
 
-def _raise_field_limit() -> None:
-    limit = sys.maxsize
+def _set_field_limit() -> int:
+    """The csv module's (process-wide) cell limit set to the ``max_line_bytes`` in force; returns it."""
+    limit = min(read_limits().max_line_bytes, sys.maxsize)
     while True:
         try:
             csv.field_size_limit(limit)
-            return
+            return limit
         except OverflowError:  # C long is 32 bits on some platforms
             limit //= 2
 
 
-_raise_field_limit()
+def _csv_problem(exc: csv.Error, limit: int) -> str:
+    if "field larger than field limit" in str(exc):
+        return f"a cell of more than {limit:,} characters, over the limit (option max_line_bytes)"
+    return f"malformed CSV: {exc}"
 
 
 @dataclass(frozen=True)
@@ -53,13 +58,14 @@ class CsvTable:
         self.path = Path(path)
         self.delimiter = delimiter
         self._text = read_text(self.path, guess=False)
+        limit = _set_field_limit()
         reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=delimiter)
         try:
             header = next(reader)
         except StopIteration:
             raise InputError(self.path, "empty CSV: no header row") from None
         except csv.Error as exc:
-            raise InputError(self.path, f"malformed CSV header: {exc}", record="line 1") from None
+            raise InputError(self.path, f"{_csv_problem(exc, limit)} (in the header)", record="line 1") from None
         self.header = [h.strip().lstrip("\ufeff") for h in header]
         dupes = sorted({h for h in self.header if self.header.count(h) > 1})
         if dupes:
@@ -72,6 +78,7 @@ class CsvTable:
                 raise InputError(self.path, f"missing column {col!r} ({role}); the header has: {', '.join(self.header)}", record="line 1")
 
     def rows(self) -> Iterator[Row]:
+        limit = _set_field_limit()
         reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=self.delimiter, strict=True)
         n = len(self.header)
         number = 0
@@ -91,4 +98,4 @@ class CsvTable:
                 set_record(row.where)
                 yield row
         except csv.Error as exc:
-            raise InputError(self.path, f"malformed CSV: {exc}", record=f"row {number + 1} (line {reader.line_num})") from None
+            raise InputError(self.path, _csv_problem(exc, limit), record=f"row {number + 1} (line {reader.line_num})") from None

@@ -146,7 +146,7 @@ def _load_entities(b: DocumentBuilder, path: Path, table: CsvTable, m: EntityMap
         aliases = [(v, a.kind) for a in m.aliases for v in _values(row.values[a.column], a.separator)]
         aliases.append((eid, "xref"))
         desc = row.values[m.description_column].strip() if m.description_column else ""
-        b.entity(name, type_, id=eid, layer=m.layer, attributes=_attributes(row, m.attributes) or None,
+        b.entity(name, type_, id=eid, layer=m.layer, defines=True, attributes=_attributes(row, m.attributes) or None,
                  description=desc or None, aliases=aliases)
         n += 1
     return n

@@ -24,6 +24,7 @@ from bencao.io import decode_text, read_bytes, read_limits, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.ontology import add_is_a, type_of_curie
 from bencao.retrieval.ingest.registry import register
+from bencao.retrieval.ingest.xml_guard import as_utf8_xml, check_entities, declared_encoding
 
 
 def read_ontology(path: Path, fmt: str) -> Any:
@@ -35,9 +36,17 @@ def read_ontology(path: Path, fmt: str) -> Any:
     data = read_bytes(path)  # bounded: .gz decompressed, line and size limits checked while reading
     if not data.strip():
         raise InputError(path, "empty file")
-    text = decode_text(data, path, guess=False)  # UTF-8 unless the option encoding says otherwise
-    if read_limits().encoding:
-        data = text.encode("utf-8")
+    if fmt == "owl":
+        # the XML declaration's encoding is honoured once: decoded here, handed on as UTF-8
+        text = decode_text(data, path, encoding=read_limits().encoding or declared_encoding(data), guess=False)
+        data = as_utf8_xml(text)
+        check_entities(data, path)  # external/parameter/nested entities refused: nothing read besides the file
+    else:
+        text = decode_text(data, path, guess=False)  # UTF-8 unless the option encoding says otherwise
+        if read_limits().encoding:
+            data = text.encode("utf-8")
+        if b"\r" in data:  # CRLF or bare-CR line ends (old Mac files): the OBO parser only splits on LF
+            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     head = data[:4096]
     if fmt == "owl" and not RdfXMLParser.can_parse(str(path), head):
         raise InputError(path, "not an OWL RDF/XML file: expected an XML document starting with <?xml or <rdf:RDF")
@@ -79,7 +88,7 @@ def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:
         aliases.append((t.id, "xref"))
         attrs: dict[str, Any] = {"ontology": t.id.split(":", 1)[0]} if ":" in t.id else {}
         definition = str(t.definition).strip() if t.definition else None
-        b.entity(name, type_of_curie(t.id), id=t.id, layer="terminology", description=definition or None,
+        b.entity(name, type_of_curie(t.id), id=t.id, layer="terminology", defines=True, description=definition or None,
                  aliases=aliases, attributes=attrs or None)
     n_edges = skipped = 0
     for t in terms:

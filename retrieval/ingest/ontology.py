@@ -51,16 +51,16 @@ def load_foodon_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -
             val = rec.get(key) or []
             if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
                 raise InputError(path, f"'{key}' must be a list of strings", record=f"line {lineno}")
-        for key in ("label", "definition"):
+        for key in ("id", "label", "definition"):  # an id of true or 1.5 is refused, not stored as "True"
             if rec.get(key) is not None and not isinstance(rec[key], str):
-                raise InputError(path, f"'{key}' must be a string", record=f"line {lineno}")
+                raise InputError(path, f"'{key}' must be a string, not {type(rec[key]).__name__} {str(rec[key])[:40]!r}", record=f"line {lineno}")
         terms.append((lineno, rec))
     for lineno, rec in terms:
         set_record(f"line {lineno}")
         curie = str(rec["id"]).strip()
         aliases = [(s, "synonym") for s in rec.get("synonyms") or []]
         aliases.append((curie, "xref"))
-        b.entity(rec["label"], type_of_curie(curie), id=curie, layer="terminology", description=rec.get("definition") or None,
+        b.entity(rec["label"], type_of_curie(curie), id=curie, layer="terminology", defines=True, description=rec.get("definition") or None,
                  aliases=aliases, attributes={"ontology": curie.split(":", 1)[0]} if ":" in curie else None)
     missing = 0
     for _, rec in terms:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from bencao.errors import InputError
-from bencao.io import _bad_json_string, check_name, iter_jsonl, read_text, set_record
+from bencao.io import DuplicateKey, _bad_json_string, check_name, iter_jsonl, loads_json, read_text, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.ontology import type_of_curie
 from bencao.retrieval.ingest.registry import register
@@ -42,7 +42,9 @@ def _records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
         return
     text = read_text(path, guess=False)  # structured data: UTF-8, or the encoding option
     try:
-        data = json.loads(text)
+        data = loads_json(text)
+    except DuplicateKey as exc:
+        raise InputError(path, f"malformed JSON: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError(path, f"malformed JSON: {exc.msg} (column {exc.colno})", record=f"line {exc.lineno}") from None
     except RecursionError:
@@ -120,7 +122,7 @@ def load_ontology_json(b: DocumentBuilder, path: Path, options: dict[str, Any]) 
             raise InputError(path, "'definition' must be a string", record=where)
         aliases = [(s, "synonym") for s in _strings(path, where, rec.get("synonyms"), "synonyms")]
         aliases.append((curie, "xref"))
-        b.entity((rec.get("label") or rec.get("name")).strip(), type_of_curie(curie), id=curie, layer="terminology",
+        b.entity((rec.get("label") or rec.get("name")).strip(), type_of_curie(curie), id=curie, layer="terminology", defines=True,
                  description=(definition or "").strip() or None, aliases=aliases,
                  attributes={"ontology": curie.split(":", 1)[0]} if ":" in curie and not curie.startswith("http") else None)
     missing = n = 0

@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bencao.errors import BencaoError, InputError, InvalidValue
+from bencao import faults
 from bencao.faults import fault
-from bencao.io import LIMIT_OPTIONS, current_record, file_hash, limits_from_options, using_limits
+from bencao.config import short
+from bencao.io import LIMIT_OPTIONS, clean_title, cleaned_counts, current_record, file_hash, limits_from_options, using_limits, watching
 from bencao.retrieval.graph.store import DocumentBuilder, Graph
 
 LoaderFn = Callable[[DocumentBuilder, Path, dict[str, Any]], None]
@@ -109,18 +111,42 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
     # Options that change what is read go into the document id; limits only accept or refuse.
     keyed = {k: v for k, v in options.items() if k in spec.options or k == "encoding"}
     loader_options = {k: v for k, v in options.items() if k in spec.options}
-    with using_limits(limits):
-        key = file_hash(path, limits) + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
-        if spec.extra_key is not None:
-            key += spec.extra_key(path, loader_options)
+    # The bytes parsed must be the bytes hashed into the document id: every complete read of the file
+    # while it is parsed is hashed too and compared, and so are its size and modification time (a file
+    # cut or appended to while it is read would otherwise be stored, incomplete, under the id of another
+    # content, and adding the complete file later would say "unchanged").
+    with using_limits(limits), watching(path) as watch:
+        digest = file_hash(path, limits)
+        key = digest + json.dumps(keyed, sort_keys=True, ensure_ascii=False)
+        extra = spec.extra_key(path, loader_options) if spec.extra_key is not None else ""
+        key += extra
         b = graph.builder(source=path.name, kind=spec.kind, format=fmt, content_key=key, title=title or _title_of(path), licence=licence,
                           meta={"path": str(path), "options": options})
         if graph.has_document(b.document_id):
             return b
+        faults.call("ingest.hashed")
         try:
             spec.fn(b, path, loader_options)
         except InvalidValue as exc:  # a value the builder refused: name the file and the record being read
+            watch.verify(digest)  # a record cut in half by a concurrent writer: say that, not what it broke
             raise InputError(path, str(exc), record=current_record()) from None
+        except BencaoError:
+            watch.verify(digest)
+            raise
+        watch.verify(digest)
+        if spec.extra_key is not None and spec.extra_key(path, loader_options) != extra:  # the mapping/lexicon file changed meanwhile
+            raise InputError(path, "a file named by an option (mapping, lexicon) changed while the input was read; nothing was added "
+                                   "(add it again)")
+        if b.conflicts:  # the same id defined twice with different names: never merged silently
+            eid, first, where1, other, where2 = b.conflicts[0]
+            more = f" ({len(b.conflicts)} such ids)" if len(b.conflicts) > 1 else ""
+            raise InputError(path, f"id {eid!r} is defined twice with different names: {short(first)} ({where1 or 'first'}) and "
+                                   f"{short(other)}{more}; conflicting duplicate ids are refused", record=where2)
+        if b.title:
+            b.title = clean_title(b.title, "document title") or b.title
+        b.notes.update(cleaned_counts())
+        b.note_graph_names()
+        _note_cycles(b, {"is_a", str(loader_options.get("broader_relation") or "is_a")})
     if not b.sections and not b.snippets and not b.entities:
         raise InputError(path, "empty document: nothing to ingest")
     return b
@@ -137,6 +163,18 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
         raise InputError(path, f"text that is not valid Unicode ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from None
     fault("ingest.committed")
     return b.document_id, added, b.counts
+
+
+def _note_cycles(b: DocumentBuilder, relations: set[str]) -> None:
+    """Hierarchy cycles (``is_a``, SKOS ``broader``) are kept (the source says so) but never silently:
+    counted in the summary (``is_a_cycles``) with examples in the document's metadata."""
+    for rel in sorted(relations):
+        if rel not in b.relations:
+            continue
+        cycles = b.hierarchy_cycles(rel)
+        if cycles:
+            b.notes[f"{rel}_cycles"] = len(cycles)
+            b.meta[f"{rel}_cycles"] = {"count": len(cycles), "examples": [c[:10] for c in cycles[:5]]}
 
 
 def _title_of(path: Path) -> str:

@@ -18,7 +18,11 @@ Every ``skos:Concept`` (and anything else with a ``skos:prefLabel``) becomes an 
 
 Type: option ``entity_type`` (default: from the CURIE prefix, ``concept`` when unknown). The RDF
 syntax comes from the file name (``.ttl``, ``.rdf``/``.xml``/``.owl``, ``.jsonld``, ``.nt``,
-``.n3``, ``.trig``) or the option ``rdf_format``. Nothing is fetched from the network.
+``.n3``, ``.trig``) or the option ``rdf_format``. Nothing is fetched from the network and no
+other file is read: a JSON-LD ``@context`` (or ``@import``) that names a document instead of
+holding the context inline is refused (inline the context), and so are external entities,
+parameter entities, nested entities ("billion laughs") and external DTDs in RDF/XML
+(:mod:`bencao.retrieval.ingest.xml_guard`); an RDF/XML declaration's encoding is honoured.
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import InputError
-from bencao.io import check_name, decode_text, read_bytes, set_record
+from bencao.io import check_name, decode_text, read_bytes, read_limits, set_record
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.ontology import type_of_curie
 from bencao.retrieval.ingest.registry import register
+from bencao.retrieval.ingest.xml_guard import as_utf8_xml, check_entities, declared_encoding
 
 _SUFFIX_FORMATS = {".ttl": "turtle", ".turtle": "turtle", ".rdf": "xml", ".xml": "xml", ".owl": "xml", ".jsonld": "json-ld",
                    ".json": "json-ld", ".nt": "nt", ".n3": "n3", ".trig": "trig", ".nq": "nquads"}
@@ -54,15 +59,81 @@ def parse_rdf(path: Path, fmt: str) -> Any:
     raw = read_bytes(path)
     if not raw.strip():
         raise InputError(path, "empty file")
-    data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
+    data: str | bytes
+    if fmt == "xml":
+        text = decode_text(raw, path, encoding=read_limits().encoding or declared_encoding(raw), guess=False)
+        data = as_utf8_xml(text)  # the declared encoding is honoured once; the parser reads UTF-8
+        check_entities(data, path)
+    else:
+        data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
+        if "\r" in data and fmt in ("turtle", "nt", "n3", "trig", "nquads"):  # bare-CR line ends read as LF
+            data = data.replace("\r\n", "\n").replace("\r", "\n")
+    if fmt == "json-ld":
+        _check_jsonld_contexts(data, path)
     rdf = rdflib.Graph()
     try:
-        rdf.parse(data=data, format=fmt, publicID=path.resolve().as_uri())
+        with _no_remote_contexts(path):
+            rdf.parse(data=data, format=fmt, publicID=path.resolve().as_uri())
+    except InputError:
+        raise
     except Exception as exc:  # noqa: BLE001 - rdflib's parsers raise many unrelated types
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         line = getattr(exc, "lines", None) or getattr(exc, "lineno", None)
         raise InputError(path, f"malformed {fmt}: {msg[:300]}", record=f"line {line}" if isinstance(line, int) else None) from None
     return rdf
+
+
+def _check_jsonld_contexts(text: str, path: Path) -> None:
+    """Refuse a JSON-LD document whose ``@context`` (anywhere, scoped contexts included) or ``@import``
+    names a document (a URL or a file) instead of holding the context inline."""
+    import json
+
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return  # malformed JSON: rdflib's parser reports it
+    except RecursionError:
+        raise InputError(path, "malformed json-ld: nested too deeply") from None
+    stack: list[Any] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("@context", "@import"):
+                    refs = [value] if isinstance(value, str) else [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+                    if refs:
+                        raise InputError(path, f"JSON-LD {key} {refs[0][:100]!r} names a document: remote and file contexts are never "
+                                               "fetched; put the context inline in the file")
+                stack.append(value)
+
+
+class _RefusedContext(Exception):
+    pass
+
+
+def _no_remote_contexts(path: Path) -> Any:
+    """While parsing, rdflib's JSON-LD context loader refuses every document (defence in depth behind
+    :func:`_check_jsonld_contexts`)."""
+    import contextlib
+
+    from rdflib.plugins.shared.jsonld import context as jsonld_context
+
+    def refuse(source: Any, *args: Any, **kwargs: Any) -> Any:
+        raise InputError(path, f"JSON-LD context {str(source)[:100]!r} names a document: remote and file contexts are never fetched; "
+                               "put the context inline in the file")
+
+    @contextlib.contextmanager
+    def patched() -> Any:
+        saved = jsonld_context.source_to_json
+        jsonld_context.source_to_json = refuse
+        try:
+            yield
+        finally:
+            jsonld_context.source_to_json = saved
+
+    return patched()
 
 
 def _curie(rdf: Any, iri: str) -> str:
@@ -133,7 +204,7 @@ def load_skos(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
         if schemes:
             attrs["scheme"] = schemes
         definition = _pick(list(rdf.objects(s, SKOS.definition)), langs)
-        b.entity(name, str(options.get("entity_type") or type_of_curie(eid)), id=eid, layer="terminology",
+        b.entity(name, str(options.get("entity_type") or type_of_curie(eid)), id=eid, layer="terminology", defines=True,
                  description=str(definition).strip() if definition is not None and str(definition).strip() else None,
                  aliases=aliases, attributes=attrs or None)
     b.relation(broader_rel, "broader concept (SKOS hierarchy)")

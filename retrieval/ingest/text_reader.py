@@ -8,7 +8,11 @@ first line that had one). A file where more than one byte in 1,000 is undecodabl
 the detected encoding and is refused with the line of its first bad byte.
 
 Encoding: a BOM means UTF-8; otherwise the first MiB is decoded both ways and the encoding with
-fewer undecodable bytes wins (UTF-8 on a tie, e.g. pure ASCII); ``encoding=`` forces one.
+fewer undecodable bytes wins (UTF-8 on a tie, e.g. pure ASCII); bytes that are not UTF-8 are read
+as GB18030 or Big5, whichever gives fewer kana/Greek/private-use characters (what the other
+encoding's text turns into). ``encoding=`` forces one, and is checked on the first MiB
+(:func:`bencao.io.check_decoded`: UTF-8 bytes under a declared legacy encoding, or Big5 declared
+as GB18030, are refused).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_limits
+from bencao.io import LineTooLong, check_decoded, guess_chinese, read_hasher, read_limits, split_lines
 
 SNIFF_BYTES = 1 << 20
 #: More undecodable bytes than this per 1,000 bytes read refuses the file.
@@ -39,13 +43,15 @@ def _count_bad(data: bytes, encoding: str) -> int:
 
 
 def sniff_encoding(head: bytes) -> str:
-    """``utf-8-sig`` / ``utf-8`` / ``gb18030`` for the first bytes of a file (see the module doc)."""
+    """``utf-8-sig`` / ``utf-8`` / ``gb18030`` / ``big5`` for the first bytes of a file (see the module doc)."""
     if head.startswith(codecs.BOM_UTF8):
         return "utf-8-sig"
     cut = head.rfind(b"\n")
     if cut > 0:
         head = head[:cut]  # do not judge a character cut in half at the sniff boundary
-    return "utf-8" if _count_bad(head, "utf-8") <= _count_bad(head, "gb18030") else "gb18030"
+    if _count_bad(head, "utf-8") <= _count_bad(head, "gb18030"):
+        return "utf-8"
+    return guess_chinese(head)  # Big5 decodes as GB18030 too, into kana, Greek and private-use mojibake
 
 
 class TextLines:
@@ -64,6 +70,7 @@ class TextLines:
         self.bytes_read = 0
         self.lines = 0
         self.undecodable_bytes = 0
+        self.boms_removed = 0
         self.first_undecodable_line: int | None = None
 
     def __iter__(self) -> Iterator[tuple[int, str]]:
@@ -85,40 +92,48 @@ class TextLines:
             codecs.lookup(self.encoding)
         except LookupError:
             raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
+        # a declared encoding is checked, a detected one judged: Big5 read as GB18030 is refused, not stored
+        check_decoded(head[3:] if head.startswith(codecs.BOM_UTF8) else head, self.encoding, self.path, declared=bool(self.requested))
         fh.seek(0)
+        hasher = read_hasher(self.path)  # graph add: the bytes parsed are checked against the document id
         enc = "utf-8" if self.encoding == "utf-8-sig" else self.encoding
         n = 0
         first = True
         max_line = read_limits().max_line_bytes  # the loader's max_line_bytes option, or the default
-        while True:
-            raw = fh.readline(max_line + 1)
-            if not raw:
-                break
-            if len(raw) > max_line and not raw.endswith(b"\n"):  # refused at the cap: the rest of the line is never read
-                raise InputError(self.path, f"line is at least {max_line + 1:,} bytes, over the {max_line:,}-byte limit "
-                                 "(option max_line_bytes)", record=f"line {n + 1}")
-            self.bytes_read += len(raw)
-            if first:
-                if raw.startswith(codecs.BOM_UTF8):
-                    raw = raw[3:]
-                first = False
-            raw = raw[:-1] if raw.endswith(b"\n") else raw
-            raw = raw[:-1] if raw.endswith(b"\r") else raw
-            try:
-                text = raw.decode(enc)
-            except UnicodeDecodeError:
-                text = raw.decode(enc, "surrogateescape")
-                bad = len(_ESCAPED.findall(text))
-                text = _ESCAPED.sub("\ufffd", text)
-                self.undecodable_bytes += bad
-                if self.first_undecodable_line is None:
-                    self.first_undecodable_line = n + 1 + text[: text.index("\ufffd")].count("\r")
-            except LookupError:
-                raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
-            for part in text.split("\r") if "\r" in text else (text,):  # a bare CR ends a line too
+
+        def read(size: int) -> bytes:
+            data = fh.read(size)
+            if hasher is not None:
+                hasher.update(data)
+            self.bytes_read += len(data)
+            return data
+
+        try:
+            for raw in split_lines(read, max_line):  # LF, CRLF and a bare CR each end a line
+                if first:
+                    if raw.startswith(codecs.BOM_UTF8):
+                        raw = raw[3:]
+                    first = False
+                try:
+                    text = raw.decode(enc)
+                except UnicodeDecodeError:
+                    text = raw.decode(enc, "surrogateescape")
+                    bad = len(_ESCAPED.findall(text))
+                    text = _ESCAPED.sub("\ufffd", text)
+                    self.undecodable_bytes += bad
+                    if self.first_undecodable_line is None:
+                        self.first_undecodable_line = n + 1
+                except LookupError:
+                    raise InputError(self.path, f"unknown encoding {self.encoding!r}") from None
+                if "\ufeff" in text:  # a BOM at the start of every line (files joined from parts) would hide the markup
+                    self.boms_removed += text.count("\ufeff")
+                    text = text.replace("\ufeff", "")
                 n += 1
                 self.lines = n
-                yield n, part
+                yield n, text
+        except LineTooLong as exc:  # refused at the cap: the rest of the line is never read
+            raise InputError(self.path, f"line is at least {max_line + 1:,} bytes, over the {max_line:,}-byte limit "
+                             "(option max_line_bytes)", record=f"line {exc.lineno}") from None
         if self.undecodable_bytes * 1000 > max(self.bytes_read, 1) * MAX_UNDECODABLE_PER_MILLE:
             raise InputError(self.path, f"{self.undecodable_bytes:,} undecodable bytes in {self.bytes_read:,}: not "
                              f"{self.encoding.upper()} text (UTF-8 or GB18030 expected, or give the encoding option)",

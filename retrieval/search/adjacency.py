@@ -227,6 +227,10 @@ def _load(d: Path) -> Adjacency | None:
 def _save(adj: Adjacency, d: Path) -> None:
     """Written to a temporary directory and renamed into place; a read-only graph directory is
     simply not cached. Older states' directories are removed."""
+    from bencao.io import remove_stale_tmp
+
+    if d.parent.is_dir():
+        remove_stale_tmp(d.parent, "adjacency-*.tmp-*")  # left by a killed process
     tmp = d.with_name(f"{d.name}.tmp-{os.getpid()}-{threading.get_ident()}")
     try:
         tmp.mkdir(parents=True)

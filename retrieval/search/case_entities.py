@@ -28,8 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
-import yaml
-
 from bencao.errors import ConfigError
 from bencao.text import has_cjk, norm_key
 
@@ -106,19 +104,52 @@ class Lexicon:
         return None
 
 
+def _is_strs(v: Any) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+def _lexicon_problem(key: str, v: Any) -> str | None:
+    """What is wrong with the lexicon's value of ``key`` (None when it has the expected shape)."""
+    if key in ("history_patterns", "history_negations", "disease_types"):
+        return None if _is_strs(v) else "expected a list of strings"
+    if key in ("sex", "disease_words"):
+        ok = isinstance(v, dict) and all(isinstance(k, str) and _is_strs(x) for k, x in v.items())
+        return None if ok else "expected a mapping of names to lists of strings"
+    if key == "disease_patterns":
+        ok = isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+        return None if ok else "expected a mapping of categories to regular expressions (strings)"
+    if key == "age_groups":
+        if not isinstance(v, dict):
+            return "expected a mapping of age groups to {ages: [lowest, highest], words: [...]}"
+        for name, spec in v.items():
+            ages = spec.get("ages", [None, None]) if isinstance(spec, dict) else None
+            if (not isinstance(spec, dict) or not _is_strs(spec.get("words", [])) or not isinstance(ages, list) or len(ages) != 2
+                    or not all(a is None or (isinstance(a, int) and not isinstance(a, bool)) for a in ages)
+                    or (ages[0] is None) != (ages[1] is None)):
+                return f"{name}: expected {{ages: [lowest, highest], words: [...]}}"
+    return None
+
+
 @functools.lru_cache(maxsize=8)
 def _read_lexicon(path: str) -> Lexicon:
+    from bencao.config import read_yaml_file
+
     p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"{p}: cannot read the case lexicon: {exc}") from None
-    base = {} if p == DEFAULT_LEXICON else (yaml.safe_load(DEFAULT_LEXICON.read_text(encoding="utf-8")) or {})
+    data = read_yaml_file(p) or {}
+    base = {} if p == DEFAULT_LEXICON else (read_yaml_file(DEFAULT_LEXICON) or {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a case lexicon is a mapping (sex, age_groups, history_patterns, ...), not a {type(data).__name__}")
+    unknown = sorted(str(k) for k in set(data) - set(Lexicon.__dataclass_fields__))
+    if unknown:
+        raise ConfigError(f"{p}: case lexicon has unknown key(s) {', '.join(unknown)}; known: {', '.join(Lexicon.__dataclass_fields__)}")
     merged = {**base, **data}
-    try:
-        lex = Lexicon(**{k: merged[k] for k in Lexicon.__dataclass_fields__})
-    except KeyError as exc:
-        raise ConfigError(f"{p}: case lexicon lacks the key {exc.args[0]!r}") from None
+    for key in Lexicon.__dataclass_fields__:
+        if key not in merged:
+            raise ConfigError(f"{p}: case lexicon lacks the key {key!r}")
+        problem = _lexicon_problem(key, merged[key])
+        if problem:
+            raise ConfigError(f"{p}: case lexicon key {key!r}: {problem}")
+    lex = Lexicon(**{k: merged[k] for k in Lexicon.__dataclass_fields__})
     for name, pat in [*(("history_patterns", x) for x in lex.history_patterns), *lex.disease_patterns.items()]:
         try:
             re.compile(pat)
