@@ -40,6 +40,8 @@ from bencao.errors import BencaoError, InvalidValue
 from bencao.io import check_text
 
 WEB_DIR = Path(__file__).with_name("web")
+#: Response header set when an answer comes from an older graph generation than the store's.
+STALE_HEADER = "X-Bencao-Graph-Stale"
 log = logging.getLogger(__name__)
 
 
@@ -189,60 +191,125 @@ class BodyLimitMiddleware:
 
 
 class PipelineHolder:
-    """The pipeline requests are answered with; rebuilt between requests when the graph on disk changed."""
+    """The pipeline requests are answered with; rebuilt between requests when the graph on disk changed.
 
-    def __init__(self, pipeline: Any, reload: Any = None):
+    What the loaded pipeline reflects is the store key it was loaded at (``store_key``: file, inode,
+    write generation). Before each request the holder compares a cheap ``stat`` signature of the store
+    and of the manifest (where ``graph index`` / a write's index refresh record what the indexes hold);
+    when it moved and the store key differs from the loaded one, it reloads. A reload that fails (most
+    often "the indexes are behind the graph": a request arriving between a write's commit and its
+    index refresh) is remembered only with what the indexes said at the time (the manifest's
+    signature): it is retried as soon as either the store or the indexes move, and at the latest after
+    ``retry_s`` seconds, never remembered as final. While the store is ahead of the loaded pipeline,
+    :meth:`freshness` says so and every answer carries it (``X-Bencao-Graph-Stale`` and a ``graph``
+    field), never silently."""
+
+    def __init__(self, pipeline: Any, reload: Any = None, retry_s: float = 2.0):
         self.pipeline = pipeline
         self.reload = reload
+        self.retry_s = retry_s
         self.graph_dir = getattr(pipeline, "graph_dir", None)
         self.signature = self._signature()
         self.key = self._key()
-        self.failed_key: Any = None
+        self.failed: Any = None  # (store key, index signature) of the last failed reload
+        self.failed_at = 0.0
         self.reloads = 0
+        self.failures = 0
         self.last_error: str | None = None
+        self.store_now: Any = self.key  # the store key last read (ahead of self.key while stale)
         self._lock: asyncio.Lock | None = None
 
+    @property
+    def watching(self) -> bool:
+        return self.reload is not None and self.graph_dir is not None
+
     def _key(self) -> Any:
-        if self.reload is None or self.graph_dir is None:
+        if not self.watching:
             return None
         from bencao.retrieval.graph.store import store_key
 
         return store_key(self.graph_dir)
 
+    def _index_signature(self) -> Any:
+        """What the indexes say: the manifest (its ``indexes.generation`` record) by ``stat``."""
+        from bencao.retrieval.graph.store import MANIFEST_NAME
+
+        try:
+            st = os.stat(os.path.realpath(Path(self.graph_dir) / MANIFEST_NAME))
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
     def _signature(self) -> Any:
-        if self.reload is None or self.graph_dir is None:
+        if not self.watching:
             return None
         from bencao.retrieval.graph.store import store_signature
 
-        return store_signature(self.graph_dir)
+        return (store_signature(self.graph_dir), self._index_signature())
+
+    def _needs_reload(self, key: Any, isig: Any) -> bool:
+        if key is None or key == self.key:
+            return False
+        if self.failed == (key, isig) and time.monotonic() - self.failed_at < self.retry_s:
+            return False  # nothing moved since the last failure, and it is too soon to try again
+        return True
 
     async def current(self) -> Any:
         """The pipeline for this request: reloaded first when the store changed since it was loaded."""
-        if self.reload is None:
+        if not self.watching:
             return self.pipeline
         signature = self._signature()  # a few stat calls; the generation is read only when they moved
         if signature == self.signature:
             return self.pipeline
-        self.signature = signature
         key = self._key()
-        if key is None or key == self.key or key == self.failed_key:
+        if key is None:  # no readable store at this instant (a rebuild swapping files): try again next request
+            return self.pipeline
+        self.store_now = key
+        if key == self.key:
+            self.signature = signature  # a write that left the generation alone (e.g. the manifest only)
+            return self.pipeline
+        if not self._needs_reload(key, signature[1]):
             return self.pipeline
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one reload at a time; requests arriving meanwhile wait and get the new one
+            signature = self._signature()
             key = self._key()
-            if key is not None and key != self.key and key != self.failed_key:
+            if key is not None:
+                self.store_now = key
+            if key is not None and self._needs_reload(key, signature[1]):
                 from starlette.concurrency import run_in_threadpool
 
                 try:
                     new = await run_in_threadpool(self.reload)
-                except Exception as exc:  # noqa: BLE001 - keep serving the old graph, say why
-                    self.failed_key, self.last_error = key, f"{type(exc).__name__}: {exc}"
-                    log.error("graph changed but reloading it failed (still serving the previous one): %s", self.last_error)
+                except Exception as exc:  # noqa: BLE001 - keep serving the old graph, say why, try again soon
+                    self.failed, self.failed_at = (key, signature[1]), time.monotonic()
+                    self.failures += 1
+                    self.last_error = f"{type(exc).__name__}: {exc}"
+                    log.warning("graph changed but reloading it failed (serving the previous one, marked stale; retried "
+                                "when the store or its indexes move): %s", self.last_error)
                 else:
-                    self.pipeline, self.key, self.reloads, self.last_error = new, key, self.reloads + 1, None
+                    self.pipeline, self.key, self.signature = new, key, signature
+                    self.reloads, self.last_error, self.failed = self.reloads + 1, None, None
                     log.warning("graph %s changed (generation %s): pipeline reloaded", self.graph_dir, key[2])
         return self.pipeline
+
+    def freshness(self) -> dict[str, Any] | None:
+        """None when the answer comes from the store's current generation (or nothing is watched); else
+        what it was served from and why (``served_generation``, ``store_generation``, ``reason``)."""
+        if not self.watching or self.key is None or self.store_now is None or self.store_now == self.key:
+            return None
+        return {"stale": True, "served_generation": self.key[2], "store_generation": self.store_now[2],
+                "reason": "the graph changed on disk and reloading it failed; answered from the previous graph"
+                          + (f" ({self.last_error.splitlines()[0][:200]})" if self.last_error else "")
+                          + "; the reload is retried on the next request"}
+
+    def graph_field(self) -> dict[str, Any]:
+        """The ``graph`` field of a reply: the generation it was answered from, and whether that is behind the store."""
+        stale = self.freshness()
+        if stale:
+            return stale
+        return {"stale": False, "served_generation": self.key[2] if self.key else None}
 
 
 def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
@@ -255,6 +322,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     with ``answer``, ``retrieve_dict``, ``model_name`` and ``info``). ``reload()`` builds a fresh
     pipeline when the graph changes on disk (see :class:`PipelineHolder`)."""
     from fastapi import FastAPI, Request
+    from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
     from pydantic import BaseModel, ConfigDict, Field
@@ -379,7 +447,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         pipeline = await holder.current()
         return {"status": "ok", **pipeline.info(), "uptime_s": round(time.time() - started, 1),
                 "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key),
-                "graph_generation": holder.key[2] if holder.key else None, "reloads": holder.reloads,
+                "graph_generation": holder.key[2] if holder.key else None, "reloads": holder.reloads, "graph": holder.graph_field(),
                 **({"reload_error": holder.last_error} if holder.last_error else {})}
 
     @app.get("/v1/models")
@@ -388,8 +456,13 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         pipeline = holder.pipeline
         return {"object": "list", "data": [{"id": pipeline.model_name, "object": "model", "created": int(started), "owned_by": "bencao"}]}
 
+    def stale_headers(graph: dict[str, Any]) -> dict[str, str]:
+        if not graph.get("stale"):
+            return {}
+        return {STALE_HEADER: f"served-generation={graph['served_generation']}; store-generation={graph['store_generation']}"}
+
     @app.post("/v1/retrieve")
-    async def retrieve(request: Request, body: RetrieveRequest) -> dict[str, Any]:
+    async def retrieve(request: Request, body: RetrieveRequest) -> Any:
         check_key(request)
         pipeline = await holder.current()
         q = checked(body.question.strip(), "question")
@@ -407,7 +480,9 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
                     checked(part, f"query_triples[{i}]")
             if any(len(t) != 3 for t in triples):
                 raise ApiError(400, "query_triples: each triple needs head, relation and tail", param="query_triples")
-        return await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
+        graph = holder.graph_field()
+        out = await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
+        return JSONResponse(jsonable_encoder({**out, "graph": graph}), headers=stale_headers(graph))
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, body: ChatRequest) -> Any:
@@ -428,6 +503,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             raise ApiError(400, "candidates: expected a list of strings", param="candidates")
         if (options or candidates) and task is None:
             task = "mcq" if options else "rec"
+        graph = holder.graph_field()
         res = await run_limited(pipeline.answer, q, task=task, options=options, candidates=candidates, **params)
         content = res["answer"]
         if getattr(getattr(pipeline, "cfg", None), "answer", None) is None or pipeline.cfg.answer.append_sources:
@@ -440,16 +516,16 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         created = int(time.time())
         extra = {"citations": res.get("citations", []), "references": res.get("references", []), "evidence": res.get("evidence"), "query_triples": res.get("query_triples"),
                  "abstained": res.get("abstained"), "own_answer": res.get("own_answer"), "answered_by": res.get("answered_by"),
-                 "prediction": res.get("prediction"), "timings": res.get("timings")}
+                 "prediction": res.get("prediction"), "timings": res.get("timings"), "graph": graph}
         usage = res.get("usage") or {}
         if not body.stream:
-            return {
+            return JSONResponse(jsonable_encoder({
                 "id": cid, "object": "chat.completion", "created": created, "model": pipeline.model_name,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}],
                 "usage": {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": usage.get("completion_tokens", 0),
                           "total_tokens": usage.get("prompt_tokens", 0) + usage.get("completion_tokens", 0)},
                 **extra,
-            }
+            }), headers=stale_headers(graph))
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **more: Any) -> str:
             obj = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": pipeline.model_name,
@@ -464,7 +540,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             yield chunk({}, "stop", **extra)
             yield "data: [DONE]\n\n"
 
-        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        return StreamingResponse(events(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", **stale_headers(graph)})
 
     if cfg.web and WEB_DIR.is_dir():
         from fastapi.staticfiles import StaticFiles

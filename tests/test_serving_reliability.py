@@ -1,0 +1,155 @@
+"""Issue 26: the server stays correct under real traffic — fresh answers after a write (or a marked stale one),
+bounded requests, slow and idle clients, evidence fenced from instructions, no 500s and no open doors.
+
+The fast tests here run an in-process app (``create_app`` over a stand-in pipeline) or a small real graph;
+the races against ``bencao graph add/remove`` on a served graph are marked slow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bencao.errors import BencaoError
+
+
+# --------------------------------------------------------------------------- a stand-in pipeline
+
+
+class FakePipeline:
+    """What ``create_app`` needs of an AnswerPipeline; answers say which load produced them."""
+
+    model_name = "bencao"
+
+    def __init__(self, graph_dir: Path | None = None, tag: str = "v0", delay_s: float = 0.0):
+        self.graph_dir = graph_dir
+        self.tag = tag
+        self.delay_s = delay_s
+        self.calls: list[dict[str, Any]] = []
+
+    def info(self) -> dict[str, Any]:
+        return {"graph": str(self.graph_dir), "answerer": "graph", "model": self.model_name}
+
+    def answer(self, question: str, **kw: Any) -> dict[str, Any]:
+        self.calls.append({"question": question, **kw})
+        if self.delay_s:
+            import time
+
+            from bencao.serving.deadline import check_deadline
+
+            end = time.monotonic() + self.delay_s
+            while time.monotonic() < end:
+                check_deadline("fake answer")
+                time.sleep(0.01)
+        return {"answer": f"answer from {self.tag}", "citations": [], "references": [], "evidence": None,
+                "query_triples": None, "abstained": False, "answered_by": "graph", "timings": {"total_s": 0.0}}
+
+    def retrieve_dict(self, question: str, triples: Any = None, use_cot: bool = True, options: Any = None) -> dict[str, Any]:
+        self.calls.append({"question": question, "triples": triples, "options": options})
+        return {"question": question, "evidence": {"tag": self.tag}, "references": [], "timings": {}}
+
+
+def _client(app: Any) -> Any:
+    from fastapi.testclient import TestClient
+
+    return TestClient(app, raise_server_exceptions=False)
+
+
+def _ask(client: Any, q: str = "大枣的性味是什么？", headers: dict[str, str] | None = None, **extra: Any) -> Any:
+    return client.post("/v1/chat/completions", json={"messages": [{"role": "user", "content": q}], **extra}, headers=headers or {})
+
+
+# --------------------------------------------------------------------------- item 1: no silently stale answers
+
+
+def _bump(graph_dir: Path) -> None:
+    """One committed write: the store's generation moves (as ``graph add``'s commit does)."""
+    from bencao.retrieval.graph.store import Graph
+
+    with Graph.open(graph_dir) as g, g.write() as c:
+        c.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('probe', ?)", (str(id(c)),))
+
+
+def _index_refresh(graph_dir: Path) -> None:
+    """What a write's index refresh leaves behind: a rewritten manifest (its indexes' generation record)."""
+    from bencao.retrieval.graph.store import Graph
+
+    with Graph.open(graph_dir) as g:
+        g.write_manifest("index")
+
+
+def test_reload_failing_while_indexes_lag_is_retried_after_the_refresh_and_stale_answers_say_so(tmp_path):
+    from bencao.retrieval.graph.store import Graph, store_key
+    from bencao.serving.api import STALE_HEADER, create_app
+
+    graph_dir = tmp_path / "g"
+    Graph.open(graph_dir, create=True).close()
+    state = {"indexes_current": True, "loads": 0}
+
+    def reload() -> FakePipeline:
+        if not state["indexes_current"]:
+            raise BencaoError(f"{graph_dir}: the indexes are behind the graph (lexical snippet index at store generation 1, the store at 2)")
+        state["loads"] += 1
+        return FakePipeline(graph_dir, tag=f"v{state['loads']}")
+
+    app = create_app(FakePipeline(graph_dir), reload=reload)
+    holder = app.state.holder
+    holder.retry_s = 3600.0  # only a move of the store or of the indexes may trigger the retry here
+    with _client(app) as client:
+        r = _ask(client)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"].startswith("answer from v0")
+        assert STALE_HEADER not in r.headers and r.json()["graph"]["stale"] is False
+
+        # `graph add` committed; its index refresh has not run yet: the reload fails ...
+        state["indexes_current"] = False
+        _bump(graph_dir)
+        for _ in range(3):
+            r = _ask(client)
+            assert r.status_code == 200
+            body = r.json()
+            assert body["choices"][0]["message"]["content"].startswith("answer from v0")
+            # ... and the answer says it comes from the previous generation, in a header and in the body
+            assert body["graph"]["stale"] is True, body["graph"]
+            assert body["graph"]["store_generation"] == store_key(graph_dir)[2] > body["graph"]["served_generation"]
+            assert "store-generation=" in r.headers[STALE_HEADER]
+        r = client.post("/v1/retrieve", json={"question": "大枣"})
+        assert r.status_code == 200 and r.json()["graph"]["stale"] is True and STALE_HEADER in r.headers
+
+        # the refresh finishes (manifest rewritten, store key unchanged): the next request reloads
+        state["indexes_current"] = True
+        _index_refresh(graph_dir)
+        r = _ask(client)
+        assert r.json()["choices"][0]["message"]["content"].startswith("answer from v1"), r.json()
+        assert r.json()["graph"] == {"stale": False, "served_generation": store_key(graph_dir)[2]}
+        assert STALE_HEADER not in r.headers
+
+        # a later failure is not final either: a retry after retry_s even if nothing on disk moved
+        state["indexes_current"] = False
+        _bump(graph_dir)
+        assert _ask(client).json()["graph"]["stale"] is True
+        state["indexes_current"] = True
+        holder.retry_s = 0.0
+        r = _ask(client)
+        assert r.json()["choices"][0]["message"]["content"].startswith("answer from v2") and r.json()["graph"]["stale"] is False
+
+
+def test_stale_stream_carries_the_header_and_the_field(tmp_path):
+    from bencao.retrieval.graph.store import Graph
+    from bencao.serving.api import STALE_HEADER, create_app
+
+    graph_dir = tmp_path / "g"
+    Graph.open(graph_dir, create=True).close()
+
+    def reload() -> FakePipeline:
+        raise BencaoError("the indexes are behind the graph")
+
+    app = create_app(FakePipeline(graph_dir), reload=reload)
+    with _client(app) as client:
+        _bump(graph_dir)
+        r = _ask(client, stream=True)
+        assert r.status_code == 200 and STALE_HEADER in r.headers
+        last = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")][-1]
+        assert last["graph"]["stale"] is True
