@@ -59,12 +59,27 @@ class ApiConfig:
     max_queue: int = field(16, help="Requests allowed to wait for a free slot; more get 429 at once.")
     queue_timeout_s: float = field(60.0, help="Longest wait for a free slot before 503.")
     max_messages: int = field(64, help="Most chat messages accepted in one request.")
+    max_message_chars: int = field(16000, help="Longest content of any one chat message (system and earlier turns included), in characters.")
+    max_content_parts: int = field(16, help="Most content parts (OpenAI's [{type, text}] form) in one message.")
     max_question_chars: int = field(4000, help="Longest question (last user message) accepted, in characters.")
+    max_options: int = field(26, help="Most multiple-choice options (chat `options`, /v1/retrieve `options`) in one request.")
+    max_option_chars: int = field(500, help="Longest option text, in characters (option letters/keys: at most 8).")
+    max_candidates: int = field(100, help="Most recommendation candidates (chat `candidates`) in one request.")
+    max_candidate_chars: int = field(200, help="Longest candidate, in characters.")
+    max_query_triples: int = field(16, help="Most query triples (/v1/retrieve `query_triples`) in one request.")
+    max_triple_part_chars: int = field(200, help="Longest head, relation or tail of a query triple, in characters.")
+    request_timeout_s: float = field(60.0, help="Time budget of one request once it holds an answering slot: past it, the "
+                                                "pipeline stops at its next check and the request gets 504 (0 = no budget).")
+    reload_retry_s: float = field(2.0, help="After a failed reload (e.g. a request between a write's commit and its index "
+                                            "refresh), retry at the latest this many seconds later even if nothing on disk moved.")
     stream_chunk_chars: int = field(24, help="Characters per streamed chunk when stream=true.")
     web: bool = field(True, help="Serve the web page at /.")
 
 
 # --------------------------------------------------------------------------- errors
+
+
+MAX_OPTION_KEY_CHARS = 8
 
 
 class ApiError(Exception):
@@ -364,7 +379,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
 
     app = FastAPI(title="bencao", description="Answers about TCM, foods and dietary supplements with traceable evidence.",
                   version="1", docs_url="/docs", redoc_url=None)
-    holder = PipelineHolder(pipeline, reload)
+    holder = PipelineHolder(pipeline, reload, retry_s=cfg.reload_retry_s)
     app.state.holder = holder
     app.state.limiter = limiter
 
@@ -408,17 +423,80 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             raise ApiError(401, "incorrect API key", "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
     async def run_limited(fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn`` in a worker thread, holding an answering slot, under the request's time budget: the
+        pipeline stops at its next deadline check past the budget (504); should it not reach one within
+        a grace second, the reply is 504 all the same and the slot is freed when the worker ends."""
         await limiter.acquire()
+        from bencao.deadline import DeadlineExceeded, deadline
         from bencao.serving.pipeline import GeneratorError
 
+        budget = cfg.request_timeout_s if cfg.request_timeout_s and cfg.request_timeout_s > 0 else None
+
+        def call() -> Any:
+            with deadline(budget):
+                return fn(*args, **kwargs)
+
+        def too_slow(where: str = "") -> ApiError:
+            return ApiError(504, f"the request ran past its time budget of {budget:g}s{where}; ask something narrower "
+                                 "(fewer options or candidates) or retry later", "server_error", "request_timeout")
+
+        work = asyncio.ensure_future(run_in_threadpool(call))
+        deferred = False
         try:
-            return await run_in_threadpool(fn, *args, **kwargs)
+            if budget is None:
+                return await work
+            try:
+                return await asyncio.wait_for(asyncio.shield(work), timeout=budget + 1.0)
+            except asyncio.TimeoutError:
+                deferred = True
+                work.add_done_callback(lambda f: (f.cancelled() or f.exception(), limiter.release()))
+                raise too_slow() from None
+        except DeadlineExceeded:
+            raise too_slow() from None
         except GeneratorError as exc:
             raise ApiError(502, str(exc), "server_error", "upstream_model_error") from None
         except BencaoError as exc:
             raise ApiError(400, str(exc)) from None
         finally:
-            limiter.release()
+            if not deferred:
+                limiter.release()
+
+    def capped(items: Any, param: str, max_items: int, setting: str) -> None:
+        """At most ``max_items`` items, else a one-line 400 naming the setting that allows more."""
+        if len(items) > max_items:
+            raise ApiError(400, f"{param}: {len(items):,} items, over the limit of {max_items:,} (api.{setting})", param=param,
+                           code="too_many_items")
+
+    def short(text: Any, param: str, max_chars: int, setting: str) -> str:
+        """A string that can be encoded back (no lone surrogates, no NUL) and is at most ``max_chars`` long."""
+        if not isinstance(text, str):
+            raise ApiError(400, f"{param}: expected a string", param=param)
+        if len(text) > max_chars:
+            raise ApiError(400, f"{param}: {len(text):,} characters, over the limit of {max_chars:,} (api.{setting})", param=param,
+                           code="item_too_long")
+        return checked(text, param)
+
+    def check_options(options: Any, as_object: bool) -> None:
+        capped(options, "options", cfg.max_options, "max_options")
+        items = options.items() if as_object else enumerate(options)
+        for k, v in items:
+            if as_object:
+                short(k, "options (a key)", MAX_OPTION_KEY_CHARS, "max_options")
+            short(v, f"options[{k!r}]" if as_object else f"options[{k}]", cfg.max_option_chars, "max_option_chars")
+
+    def check_messages(messages: list[Any]) -> None:
+        if len(messages) > cfg.max_messages:
+            raise ApiError(400, f"messages: {len(messages)} messages, over the limit of {cfg.max_messages} (api.max_messages)",
+                           param="messages", code="too_many_items")
+        for i, m in enumerate(messages):
+            if isinstance(m.content, str):
+                short(m.content, f"messages[{i}].content", cfg.max_message_chars, "max_message_chars")
+            elif isinstance(m.content, list):
+                capped(m.content, f"messages[{i}].content", cfg.max_content_parts, "max_content_parts")
+                for j, part in enumerate(m.content):
+                    short(part.type, f"messages[{i}].content[{j}].type", 64, "max_message_chars")
+                    if part.text is not None:
+                        short(part.text, f"messages[{i}].content[{j}].text", cfg.max_message_chars, "max_message_chars")
 
     def checked(text: str, param: str) -> str:
         """Text a reply can carry: NUL and lone surrogates (``"\\ud800"``) cannot be encoded back to the client."""
@@ -464,22 +542,24 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     @app.post("/v1/retrieve")
     async def retrieve(request: Request, body: RetrieveRequest) -> Any:
         check_key(request)
-        pipeline = await holder.current()
         q = checked(body.question.strip(), "question")
-        for i, opt in enumerate(body.options or []):
-            checked(opt, f"options[{i}]")
+        if body.options is not None:
+            check_options(body.options, as_object=False)
         if not q:
             raise ApiError(400, "question is empty", param="question", code="empty_question")
         if len(q) > cfg.max_question_chars:
             raise ApiError(400, f"question is {len(q):,} characters, over the limit of {cfg.max_question_chars:,}", param="question")
         triples = None
         if body.query_triples is not None:
+            capped(body.query_triples, "query_triples", cfg.max_query_triples, "max_query_triples")
+            for i, t in enumerate(body.query_triples):
+                if len(t) != 3 or (isinstance(t, dict) and set(t) != {"head", "relation", "tail"}):
+                    raise ApiError(400, f"query_triples[{i}]: each triple needs head, relation and tail (3 strings, or an object "
+                                        "with those keys)", param="query_triples")
+                for part in (t.values() if isinstance(t, dict) else t):
+                    short(part, f"query_triples[{i}]", cfg.max_triple_part_chars, "max_triple_part_chars")
             triples = [t if isinstance(t, dict) else dict(zip(("head", "relation", "tail"), t)) for t in body.query_triples]
-            for i, t in enumerate(triples):
-                for part in t.values():
-                    checked(part, f"query_triples[{i}]")
-            if any(len(t) != 3 for t in triples):
-                raise ApiError(400, "query_triples: each triple needs head, relation and tail", param="query_triples")
+        pipeline = await holder.current()
         graph = holder.graph_field()
         out = await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
         return JSONResponse(jsonable_encoder({**out, "graph": graph}), headers=stale_headers(graph))
@@ -487,9 +567,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     @app.post("/v1/chat/completions")
     async def chat(request: Request, body: ChatRequest) -> Any:
         check_key(request)
-        pipeline = await holder.current()
-        if len(body.messages) > cfg.max_messages:
-            raise ApiError(400, f"messages: {len(body.messages)} messages, over the limit of {cfg.max_messages}", param="messages")
+        check_messages(body.messages)
         q = question_of(body)
         params = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("seed", body.seed),
                                      ("max_tokens", body.max_tokens or body.max_completion_tokens)) if v is not None}
@@ -497,12 +575,21 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         task, options, candidates = extra.get("task"), extra.get("options"), extra.get("candidates")
         if task is not None and not isinstance(task, str):
             raise ApiError(400, "task: expected a string (qa, mcq, sd, tf, rec)", param="task")
+        if task is not None:
+            short(task, "task", 16, "max_option_chars")
         if options is not None and not (isinstance(options, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in options.items())):
             raise ApiError(400, "options: expected an object of lettered option texts", param="options")
+        if options is not None:
+            check_options(options, as_object=True)
         if candidates is not None and not (isinstance(candidates, list) and all(isinstance(c, str) for c in candidates)):
             raise ApiError(400, "candidates: expected a list of strings", param="candidates")
+        if candidates is not None:
+            capped(candidates, "candidates", cfg.max_candidates, "max_candidates")
+            for i, c in enumerate(candidates):
+                short(c, f"candidates[{i}]", cfg.max_candidate_chars, "max_candidate_chars")
         if (options or candidates) and task is None:
             task = "mcq" if options else "rec"
+        pipeline = await holder.current()
         graph = holder.graph_field()
         res = await run_limited(pipeline.answer, q, task=task, options=options, candidates=candidates, **params)
         content = res["answer"]

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bencao.deadline import check_deadline
 from bencao.config import field
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, PathHit, TripleHit, path_heading
@@ -185,9 +186,12 @@ class GraphAnswerer:
         q_tokens = set(_content_tokens(question, self.stop))
         ir = list(ev.option_support) if len(ev.option_support) == len(texts) else [0.0] * len(texts)
         top_ir = max(ir, default=0.0)
-        return [round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
-                      + (self.cfg.w_ir * ir[i] / top_ir if top_ir > 0 else 0.0), 6)
-                for i, t in enumerate(texts)]
+        out = []
+        for i, t in enumerate(texts):
+            check_deadline("scoring the options")
+            out.append(round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
+                             + (self.cfg.w_ir * ir[i] / top_ir if top_ir > 0 else 0.0), 6))
+        return out
 
     # ------------------------------------------------------------------ tasks
     def is_exception_question(self, question: str) -> bool:

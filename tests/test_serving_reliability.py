@@ -38,7 +38,7 @@ class FakePipeline:
         if self.delay_s:
             import time
 
-            from bencao.serving.deadline import check_deadline
+            from bencao.deadline import check_deadline
 
             end = time.monotonic() + self.delay_s
             while time.monotonic() < end:
@@ -153,3 +153,114 @@ def test_stale_stream_carries_the_header_and_the_field(tmp_path):
         assert r.status_code == 200 and STALE_HEADER in r.headers
         last = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")][-1]
         assert last["graph"]["stale"] is True
+
+
+# --------------------------------------------------------------------------- item 3: bounded requests
+
+
+@pytest.mark.parametrize(
+    "path, body, code, words",
+    [
+        ("/v1/chat/completions", {"options": {f"O{i}": f"选项{i}" for i in range(2000)}}, "too_many_items", "options: 2,000 items, over the limit of 26"),
+        ("/v1/chat/completions", {"candidates": [f"食物{i}" for i in range(20000)]}, "too_many_items", "candidates: 20,000 items, over the limit of 100"),
+        ("/v1/chat/completions", {"options": {"A": "枣" * 600}}, "item_too_long", "over the limit of 500"),
+        ("/v1/chat/completions", {"options": {"A" * 9: "大枣"}}, "item_too_long", "options (a key)"),
+        ("/v1/chat/completions", {"candidates": ["枣" * 201]}, "item_too_long", "candidates[0]: 201 characters"),
+        ("/v1/chat/completions", {"messages": [{"role": "system", "content": "x" * 16001}, {"role": "user", "content": "大枣"}]},
+         "item_too_long", "messages[0].content"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": [{"type": "text", "text": "枣"}] * 17}]}, "too_many_items",
+         "messages[0].content: 17 items"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "枣"}] * 65}, "too_many_items", "65 messages"),
+        ("/v1/retrieve", {"question": "大枣", "query_triples": [["大枣", "性味", "?"]] * 20000}, "too_many_items",
+         "query_triples: 20,000 items, over the limit of 16"),
+        ("/v1/retrieve", {"question": "大枣", "query_triples": [["枣" * 201, "性味", "?"]]}, "item_too_long", "query_triples[0]: 201 characters"),
+        ("/v1/retrieve", {"question": "大枣", "options": [f"选项{i}" for i in range(2000)]}, "too_many_items", "options: 2,000 items"),
+        ("/v1/retrieve", {"question": "大枣", "options": ["枣" * 501]}, "item_too_long", "options[0]: 501 characters"),
+    ],
+)
+def test_every_list_field_is_capped_in_count_and_length(path, body, code, words):
+    from bencao.serving.api import ApiConfig, create_app
+
+    fake = FakePipeline()
+    app = create_app(fake, ApiConfig(max_body_bytes=4_000_000))
+    if path == "/v1/chat/completions":
+        body = {"messages": [{"role": "user", "content": "大枣的性味是什么？"}], **body}
+    with _client(app) as client:
+        r = client.post(path, json=body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert err["code"] == code and words in err["message"], err
+    assert "\n" not in err["message"] and len(err["message"]) < 200
+    assert fake.calls == [], "refused before the pipeline ran"
+
+
+def test_caps_are_configurable():
+    from bencao.serving.api import ApiConfig, create_app
+
+    app = create_app(FakePipeline(), ApiConfig(max_candidates=3, max_options=2))
+    with _client(app) as client:
+        assert _ask(client, candidates=["a", "b", "c"]).status_code == 200
+        r = _ask(client, candidates=["a", "b", "c", "d"])
+        assert r.status_code == 400 and "(api.max_candidates)" in r.json()["error"]["message"]
+        assert _ask(client, options={"A": "a", "B": "b", "C": "c"}).status_code == 400
+
+
+def test_a_request_past_its_time_budget_gets_504_and_frees_the_answerer():
+    import time
+
+    from bencao.serving.api import ApiConfig, create_app
+
+    slow = FakePipeline(delay_s=30.0)  # checks its deadline as the pipeline's loops do
+    app = create_app(slow, ApiConfig(request_timeout_s=0.5, max_concurrency=1))
+    with _client(app) as client:
+        t = time.monotonic()
+        r = _ask(client)
+        took = time.monotonic() - t
+        assert r.status_code == 504 and r.json()["error"]["code"] == "request_timeout", r.text
+        assert "time budget of 0.5s" in r.json()["error"]["message"]
+        assert took < 3.0, took
+        slow.delay_s = 0.0  # the next question is answered at once: nothing is left holding the one slot
+        t = time.monotonic()
+        r = _ask(client)
+        assert r.status_code == 200 and time.monotonic() - t < 2.0
+        assert app.state.limiter.active == 0
+
+
+def test_a_worker_that_never_checks_its_deadline_still_gets_a_timely_504():
+    import threading
+    import time
+
+    from bencao.serving.api import ApiConfig, create_app
+
+    release = threading.Event()
+
+    class Stuck(FakePipeline):
+        def answer(self, question: str, **kw: Any) -> dict[str, Any]:
+            release.wait(20)
+            return super().answer(question, **kw)
+
+    app = create_app(Stuck(), ApiConfig(request_timeout_s=0.3, max_concurrency=2))
+    with _client(app) as client:
+        t = time.monotonic()
+        r = _ask(client)
+        assert r.status_code == 504 and time.monotonic() - t < 3.0
+        assert app.state.limiter.active == 1  # the slot stays taken until the worker ends ...
+        release.set()
+        deadline = time.monotonic() + 5
+        while app.state.limiter.active and time.monotonic() < deadline:
+            time.sleep(0.05)
+            client.get("/healthz")
+        assert app.state.limiter.active == 0  # ... and is freed then
+
+
+def test_deadline_checks_stop_the_real_pipeline_loops():
+    from bencao.deadline import DeadlineExceeded, check_deadline, deadline
+
+    check_deadline("outside a request")  # no budget: never raises
+    import time
+
+    with deadline(0.01):
+        time.sleep(0.02)
+        with pytest.raises(DeadlineExceeded, match="time budget of 0.01s"):
+            check_deadline("scoring the options")
+    check_deadline("after the request")
