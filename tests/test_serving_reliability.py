@@ -264,3 +264,91 @@ def test_deadline_checks_stop_the_real_pipeline_loops():
         with pytest.raises(DeadlineExceeded, match="time budget of 0.01s"):
             check_deadline("scoring the options")
     check_deadline("after the request")
+
+
+# --------------------------------------------------------------------------- item 1, end to end: writes racing requests
+
+NEW_DOC = """# 青霞本草
+
+## 青霞草
+
+青霞草，味甘，平。主治口干舌燥，益气生津。生山谷。
+"""
+NEW_Q = "青霞草的性味是什么？"
+
+
+def _private_copy(graph: Path, dst: Path) -> Path:
+    import os
+    import shutil
+
+    shutil.copytree(os.path.realpath(graph), dst, symlinks=True)
+    return dst
+
+
+@pytest.mark.slow
+def test_graph_add_and_remove_racing_a_stream_of_requests(tmp_path_factory):
+    """The issue's reproduction: requests keep arriving while `graph add` and `graph remove` run; every answer
+    to a request sent after the write returned comes from the new graph, and none is silently stale."""
+    import subprocess
+    import threading
+    import time
+
+    import httpx
+
+    from serving_helpers import BENCAO, REPO, bencao_serve, env, serving_graph
+
+    tmp = tmp_path_factory.mktemp("race")
+    graph = _private_copy(serving_graph(tmp_path_factory), tmp / "graph")
+    doc = tmp / "qingxia.md"
+    doc.write_text(NEW_DOC, encoding="utf-8")
+    with bencao_serve(graph, log=tmp / "serve.log") as (base, _proc):
+        records: list[dict[str, Any]] = []
+        stop = threading.Event()
+
+        def stream(worker: int) -> None:
+            with httpx.Client(timeout=120) as c:
+                while not stop.is_set():
+                    t0 = time.monotonic()
+                    r = c.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": NEW_Q}]})
+                    body = r.json()
+                    records.append({"t0": t0, "t1": time.monotonic(), "status": r.status_code, "stale_header": r.headers.get("x-bencao-graph-stale"),
+                                    "graph": body.get("graph"), "found": "青霞草味甘" in (body.get("choices") or [{}])[0].get("message", {}).get("content", "")})
+
+        threads = [threading.Thread(target=stream, args=(i,), daemon=True) for i in range(3)]
+        for t in threads:
+            t.start()
+        marks: list[tuple[str, float, float]] = []
+        try:
+            time.sleep(1.0)
+            for _round in range(2):
+                t = time.monotonic()
+                out = subprocess.run([*BENCAO, "graph", "add", "--graph", str(graph), "--format", "books-md", "-o", "materia_medica=true",
+                                      str(doc)], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
+                assert out.returncode == 0, out.stderr
+                doc_id = out.stdout.split()[1]
+                marks.append(("add", t, time.monotonic()))
+                time.sleep(3.0)
+                t = time.monotonic()
+                out = subprocess.run([*BENCAO, "graph", "remove", "--graph", str(graph), doc_id], cwd=REPO, env=env(),
+                                     capture_output=True, text=True, timeout=300)
+                assert out.returncode == 0, out.stderr
+                marks.append(("remove", t, time.monotonic()))
+                time.sleep(3.0)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=120)
+    assert records and all(r["status"] == 200 for r in records), [r for r in records if r["status"] != 200][:3]
+    print(f"{len(records)} answers, {sum(bool((r['graph'] or {}).get('stale')) for r in records)} marked stale; "
+          f"reload errors in the log: {(tmp / 'serve.log').read_text(encoding='utf-8', errors='replace').count('reloading it failed')}")
+    for (op, _started, settled), nxt in zip(marks, [*marks[1:], None]):
+        after = [r for r in records if r["t0"] > settled and (nxt is None or r["t1"] < nxt[1])]
+        assert after, f"no request ran after {op}"
+        want = op == "add"
+        wrong = [r for r in after if r["found"] != want]
+        assert not wrong, f"{len(wrong)} of {len(after)} answers after {op} settled came from the old graph: {wrong[:2]}"
+        assert all((r["graph"] or {}).get("stale") is False and r["stale_header"] is None for r in after)
+    # an answer without the new graph's content during a write is either from before its commit or marked stale
+    for r in records:
+        if (r["graph"] or {}).get("stale"):
+            assert r["stale_header"] and "store-generation=" in r["stale_header"]
