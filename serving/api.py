@@ -54,7 +54,16 @@ class ApiConfig:
     api_key_env: str = field("BENCAO_API_KEY", help="Environment variable holding the bearer API key; when it is set (or --api-key is given) /v1/* requires it.")
     max_body_bytes: int = field(1_048_576, help="Largest request body accepted; bigger bodies get 413.")
     body_timeout_s: float = field(30.0, help="Longest time to receive a request body; a slower client (e.g. one byte a second) gets 408 and is disconnected.")
-    max_connections: int = field(1000, help="Open connections the server accepts at once; beyond that new requests get 503.")
+    max_connections: int = field(1000, help="Open connections the server holds at once; a new one beyond it closes the oldest idle "
+                                            "connection (one waiting for a request), and requests get 503 only when none is idle.")
+    max_connections_per_client: int = field(64, help="Open connections one client address may hold; a new one beyond it closes that "
+                                                     "client's oldest idle connection (or itself, when all are busy). Behind a reverse "
+                                                     "proxy every client is the proxy: raise it to the proxy's upstream pool (0 = no cap).")
+    header_timeout_s: float = field(10.0, help="Longest time a client has to send a complete request head, counted from the "
+                                               "connection's opening and again after each response; a client trickling header "
+                                               "bytes or sending nothing is disconnected (408 when it had started).")
+    keep_alive_timeout_s: float = field(5.0, help="An idle keep-alive connection is closed after this many seconds without a new request.")
+    max_header_bytes: int = field(16384, help="Largest request head (request line + headers) accepted; bigger ones get 400.")
     max_concurrency: int = field(2, help="Requests answered at the same time.")
     max_queue: int = field(16, help="Requests allowed to wait for a free slot; more get 429 at once.")
     queue_timeout_s: float = field(60.0, help="Longest wait for a free slot before 503.")

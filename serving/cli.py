@@ -135,6 +135,7 @@ def serve(
     import uvicorn
 
     from bencao.serving.api import create_app, resolve_api_key
+    from bencao.serving.guard import uvicorn_config
 
     cfg = load_config(config, set_, llm, cot)
     pipeline = open_pipeline(graph, cfg)
@@ -144,7 +145,7 @@ def serve(
         typer.echo(f"warning: serving on {h} without an API key; set ${cfg.api.api_key_env} or --api-key", err=True)
     app_ = create_app(pipeline, cfg.api, key, reload=lambda: open_pipeline(graph, cfg))  # reloads when the graph changes
     typer.echo(f"bencao serving {graph} on http://{h}:{p}/ (answers by {pipeline.info()['answerer']})", err=True)
-    uvicorn.run(app_, host=h, port=p, log_level="warning", timeout_graceful_shutdown=5, limit_concurrency=cfg.api.max_connections)
+    uvicorn.Server(uvicorn_config(app_, cfg.api, h, p)).run()  # header/keep-alive timeouts, per-client cap: serving/guard.py
 
 
 @app.command("infer")

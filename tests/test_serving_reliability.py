@@ -352,3 +352,132 @@ def test_graph_add_and_remove_racing_a_stream_of_requests(tmp_path_factory):
     for r in records:
         if (r["graph"] or {}).get("stale"):
             assert r["stale_header"] and "store-generation=" in r["stale_header"]
+
+
+# --------------------------------------------------------------------------- item 2: slow and idle clients
+
+import contextlib  # noqa: E402
+import socket  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+
+@contextlib.contextmanager
+def _uvicorn(api: Any, pipeline: Any = None):
+    """The app served by uvicorn with ``bencao serve``'s guards, in a thread, on a free loopback port."""
+    import uvicorn
+
+    from bencao.serving.api import create_app
+    from bencao.serving.guard import uvicorn_config
+    from serving_helpers import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn_config(create_app(pipeline or FakePipeline(), api), api, "127.0.0.1", port))
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # older uvicorn; newer ones skip off the main thread
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert t.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}", port, server
+    finally:
+        server.should_exit = True
+        t.join(timeout=15)
+
+
+def _closed(sock: socket.socket, within_s: float) -> tuple[bool, bytes]:
+    """Whether the server closed ``sock`` within ``within_s`` (and what it sent first)."""
+    sock.settimeout(0.1 if within_s else 0.0)
+    got = b""
+    end = time.monotonic() + within_s
+    while True:
+        if within_s and time.monotonic() >= end:
+            break
+        try:
+            chunk = sock.recv(4096)
+        except (socket.timeout, BlockingIOError):
+            if not within_s:
+                break
+            continue
+        except OSError:
+            return True, got
+        if not chunk:
+            return True, got
+        got += chunk
+    return False, got
+
+
+def test_a_header_trickler_is_cut_off_and_others_are_answered_meanwhile():
+    import httpx
+
+    from bencao.serving.api import ApiConfig
+
+    api = ApiConfig(header_timeout_s=1.0, keep_alive_timeout_s=1.0)
+    with _uvicorn(api) as (base, port, _server):
+        tricklers = []
+        for _ in range(20):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+            tricklers.append(s)
+        t0 = time.monotonic()
+        closed_at = [None] * len(tricklers)
+        answered = rounds = 0
+        while time.monotonic() - t0 < 4.0 and any(c is None for c in closed_at):
+            for i, s in enumerate(tricklers):
+                if closed_at[i] is not None:
+                    continue
+                try:
+                    s.sendall(b"X")  # one header byte at a time, never the blank line
+                except OSError:
+                    closed_at[i] = time.monotonic() - t0
+                    continue
+                done, got = _closed(s, 0.01)
+                if done:
+                    closed_at[i] = time.monotonic() - t0
+                    assert not got or got.startswith(b"HTTP/1.1 408")
+            rounds += 1
+            answered += httpx.get(base + "/healthz", timeout=5).status_code == 200
+            time.sleep(0.1)
+        assert all(c is not None and 0.9 < c < 3.0 for c in closed_at), closed_at
+        assert answered == rounds >= 2
+        for s in tricklers:
+            s.close()
+
+
+def test_an_idle_flood_neither_locks_out_requests_nor_stays_open():
+    import httpx
+
+    from bencao.serving.api import ApiConfig
+
+    api = ApiConfig(header_timeout_s=2.0, max_connections=30, max_connections_per_client=20)
+    with _uvicorn(api) as (base, port, _server):
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(100)]  # 5x the per-client cap, 3x the total
+        time.sleep(0.2)
+        statuses = [httpx.get(base + "/healthz", timeout=5).status_code for _ in range(10)]
+        with httpx.Client(timeout=10) as c:
+            r = c.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "大枣的性味是什么？"}]})
+        assert statuses == [200] * 10 and r.status_code == 200, (statuses, r.text)
+        # every idle socket is closed: at once (the caps) or by the header timeout
+        closed = [_closed(s, 0.0)[0] for s in idle]
+        assert sum(closed) >= 80 - 1, sum(closed)
+        still = [s for s, c in zip(idle, closed) if not c]
+        assert all(_closed(s, 3.0)[0] for s in still)
+        for s in idle:
+            s.close()
+
+
+def test_keep_alive_connections_close_when_idle_and_a_second_request_head_is_also_timed():
+    from bencao.serving.api import ApiConfig
+
+    api = ApiConfig(header_timeout_s=1.0, keep_alive_timeout_s=30.0)
+    with _uvicorn(api) as (_base, port, _server):
+        s = socket.create_connection(("127.0.0.1", port))
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        done, got = _closed(s, 0.5)
+        assert not done and got.startswith(b"HTTP/1.1 200")
+        s.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next request's head, never finished
+        done, got = _closed(s, 3.0)
+        assert done and got.startswith(b"HTTP/1.1 408")
+        s.close()
