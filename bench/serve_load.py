@@ -327,7 +327,7 @@ async def abuse(base: str, key: str | None, body_timeout_s: float) -> dict[str, 
                 "web_no_key": (await http.get(base + "/")).status_code,
             }
         await asyncio.sleep(1)
-        out["health_after"] = (await http.get(base + "/healthz")).json()
+        out["health_after"] = (await http.get(base + "/healthz?details=1", headers=headers)).json()
     return out
 
 

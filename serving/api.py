@@ -29,6 +29,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -83,6 +84,7 @@ class ApiConfig:
                                             "refresh), retry at the latest this many seconds later even if nothing on disk moved.")
     stream_chunk_chars: int = field(24, help="Characters per streamed chunk when stream=true.")
     web: bool = field(True, help="Serve the web page at /.")
+    docs: bool = field(False, help="Serve the OpenAPI docs (/docs, /openapi.json); off by default, behind the API key when one is set.")
 
 
 # --------------------------------------------------------------------------- errors
@@ -103,8 +105,78 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _encodable(text: str | None) -> str | None:
+    """Text an error reply can carry on one line: lone surrogates (which a client may send as ``"\\ud800"``) become
+    ``\\ud800``, control characters (a newline in an echoed key) ``\\n``-style escapes."""
+    if text is None:
+        return None
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return _CONTROL_RE.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), text)
+
+
 def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+    return {"error": {"message": _encodable(message), "type": type_, "param": _encodable(param), "code": code}}
+
+
+#: Headers every reply carries: the page may not be framed, sniffed into another type or load anything but its own files.
+SECURITY_HEADERS = [
+    (b"content-security-policy", b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+                                 b"object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
+
+
+class GateMiddleware:
+    """Pure ASGI, outermost: the API key is checked from the request head, before any body is read (a client
+    without the key learns nothing of the schema and cannot make the server read a body), and every reply gets
+    :data:`SECURITY_HEADERS`. Guarded: ``/v1/*``; the API docs (when ``api.docs`` is on); ``/healthz?details``."""
+
+    def __init__(self, app: Any, api_key: str | None, docs_paths: tuple[str, ...] = ()):
+        self.app = app
+        self.api_key = api_key
+        self.docs_paths = docs_paths
+
+    def _guarded(self, scope: dict) -> bool:
+        path = scope.get("path", "")
+        if path.startswith("/v1/") or path == "/v1" or any(path == p or path.startswith(p + "/") for p in self.docs_paths):
+            return True
+        return path == "/healthz" and b"details" in scope.get("query_string", b"")
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(msg: dict) -> None:
+            if msg["type"] == "http.response.start":
+                names = {k.lower() for k, _ in msg.get("headers", [])}
+                msg = {**msg, "headers": [*msg.get("headers", []), *((k, v) for k, v in SECURITY_HEADERS if k not in names)]}
+            await send(msg)
+
+        if self.api_key and self._guarded(scope) and scope.get("method") != "OPTIONS":
+            auth = ""
+            for name, value in scope.get("headers", []):
+                if name == b"authorization":
+                    auth = value.decode("latin-1")
+            scheme, _, token = auth.partition(" ")
+            if not auth:
+                body = error_body("missing API key: send 'Authorization: Bearer <key>'", "authentication_error", "missing_api_key")
+            elif scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode("latin-1", "replace"), self.api_key.encode()):
+                body = error_body("incorrect API key", "authentication_error", "invalid_api_key")
+            else:
+                body = None
+            if body is not None:
+                data = json.dumps(body).encode("utf-8")
+                await send_secured({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), (b"www-authenticate", b"Bearer")]})
+                await send_secured({"type": "http.response.body", "body": data})
+                return
+        await self.app(scope, receive, send_secured)
 
 
 # --------------------------------------------------------------------------- limits
@@ -387,7 +459,8 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         options: Optional[list[str]] = None
 
     app = FastAPI(title="bencao", description="Answers about TCM, foods and dietary supplements with traceable evidence.",
-                  version="1", docs_url="/docs", redoc_url=None)
+                  version="1", docs_url="/docs" if cfg.docs else None, redoc_url=None,
+                  openapi_url="/openapi.json" if cfg.docs else None, redirect_slashes=False)  # no redirect built from the Host header
     holder = PipelineHolder(pipeline, reload, retry_s=cfg.reload_retry_s)
     app.state.holder = holder
     app.state.limiter = limiter
@@ -485,6 +558,18 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
                            code="item_too_long")
         return checked(text, param)
 
+    def check_strings(obj: Any, where: str = "body") -> None:
+        """Every string of a parsed body, keys included, fields the server ignores too: encodable (no lone surrogates, no NUL)."""
+        if isinstance(obj, str):
+            checked(obj, where)
+        elif isinstance(obj, dict):
+            for k, v in obj.items():
+                checked(str(k), f"{where} (a key)")
+                check_strings(v, f"{where}.{_encodable(str(k))}" if where != "body" else _encodable(str(k)))
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                check_strings(v, f"{where}[{i}]")
+
     def check_options(options: Any, as_object: bool) -> None:
         capped(options, "options", cfg.max_options, "max_options")
         items = options.items() if as_object else enumerate(options)
@@ -530,9 +615,15 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         return q
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz(request: Request, details: bool = False) -> dict[str, Any]:
+        """Status only (``ok``, or ``stale`` while the answers come from an older graph generation than the store's);
+        ``?details=1`` (with the API key when one is set) adds the graph, the answerer, load and reload state."""
         pipeline = await holder.current()
-        return {"status": "ok", **pipeline.info(), "uptime_s": round(time.time() - started, 1),
+        status = "stale" if holder.freshness() else "ok"
+        if not details:
+            return {"status": status}
+        check_key(request)
+        return {"status": status, **pipeline.info(), "uptime_s": round(time.time() - started, 1),
                 "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key),
                 "graph_generation": holder.key[2] if holder.key else None, "reloads": holder.reloads, "graph": holder.graph_field(),
                 **({"reload_error": holder.last_error} if holder.last_error else {})}
@@ -551,6 +642,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     @app.post("/v1/retrieve")
     async def retrieve(request: Request, body: RetrieveRequest) -> Any:
         check_key(request)
+        check_strings(body.model_dump())
         q = checked(body.question.strip(), "question")
         if body.options is not None:
             check_options(body.options, as_object=False)
@@ -577,6 +669,9 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     async def chat(request: Request, body: ChatRequest) -> Any:
         check_key(request)
         check_messages(body.messages)
+        check_strings({**body.model_dump(exclude={"messages"}), **(body.model_extra or {})})
+        for i, m in enumerate(body.messages):
+            check_strings({**m.model_dump(exclude={"content"}), **(m.model_extra or {})}, f"messages[{i}]")
         q = question_of(body)
         params = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("seed", body.seed),
                                      ("max_tokens", body.max_tokens or body.max_completion_tokens)) if v is not None}
@@ -648,4 +743,5 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             return FileResponse(WEB_DIR / "index.html", media_type="text/html")
 
     app.add_middleware(BodyLimitMiddleware, limit=cfg.max_body_bytes, timeout_s=cfg.body_timeout_s)
+    app.add_middleware(GateMiddleware, api_key=api_key, docs_paths=("/docs", "/openapi.json") if cfg.docs else ())  # outermost
     return app

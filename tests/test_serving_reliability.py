@@ -573,3 +573,137 @@ def test_every_evidence_prompt_fences_the_evidence_and_says_it_is_data(task, lan
         marker = b.replace("</evidence>", "").replace("<evidence>", "").strip()[:12]
         assert user.find(marker, start, end) > start, (marker, user)
     assert q in user[end:]  # the question (the task) comes after the fence
+
+
+# --------------------------------------------------------------------------- item 5: no 500s, no open doors
+
+HOSTILE = ["\ud800", "a\udfffb", "\udbff\udc00x\ud800", "a\x00b", "\ufeff\u202e大枣", "𝔘𝔫𝔦", "<script>alert(1)</script>", "\r\nX-Injected: 1",
+           "%00%2e%2e", "", "   ", "枣" * 5000]
+
+
+def _chat_bodies(h: str) -> list[tuple[str, dict[str, Any]]]:
+    """A chat request with ``h`` in each string-valued place of the schema (OpenAI's fields and bencao's own)."""
+    user = {"role": "user", "content": "大枣的性味是什么？"}
+    out = [
+        ("messages.content", {"messages": [{"role": "user", "content": h}]}),
+        ("messages.system", {"messages": [{"role": "system", "content": h}, user]}),
+        ("messages.parts.text", {"messages": [{"role": "user", "content": [{"type": "text", "text": h}]}]}),
+        ("messages.parts.type", {"messages": [{"role": "user", "content": [{"type": h, "text": "大枣"}]}]}),
+        ("messages.role", {"messages": [{"role": h, "content": "大枣"}]}),
+        ("messages.extra", {"messages": [{**user, h or "k": h}]}),
+        ("model", {"model": h, "messages": [user]}),
+        ("task", {"task": h, "messages": [user]}),
+        ("options.value", {"messages": [user], "options": {"A": h, "B": "苦"}}),
+        ("options.key", {"messages": [user], "options": {h: "甘", "B": "苦"}}),
+        ("candidates", {"messages": [user], "candidates": [h, "山药"]}),
+        ("extra.key", {"messages": [user], h or "k": 1}),
+        ("extra.value", {"messages": [user], "user": h}),
+    ]
+    return out + [(name + "+stream", {**body, "stream": True}) for name, body in out]
+
+
+def _retrieve_bodies(h: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("question", {"question": h}),
+        ("options", {"question": "大枣", "options": [h]}),
+        ("query_triples.list", {"question": "大枣", "query_triples": [[h, "性味", "?"]]}),
+        ("query_triples.key", {"question": "大枣", "query_triples": [{h or "k": "大枣", "relation": "性味", "tail": "?"}]}),
+        ("query_triples.value", {"question": "大枣", "query_triples": [{"head": h, "relation": "性味", "tail": "?"}]}),
+        ("unknown", {"question": "大枣", h or "k": 1}),
+    ]
+
+
+def test_hostile_strings_in_every_field_get_400_or_an_answer_never_a_500():
+    from bencao.serving.api import create_app
+
+    app = create_app(FakePipeline())
+    seen: dict[int, int] = {}
+    with _client(app) as client:
+        for h in HOSTILE:
+            for path, bodies in (("/v1/chat/completions", _chat_bodies(h)), ("/v1/retrieve", _retrieve_bodies(h))):
+                for where, body in bodies:
+                    data = json.dumps(body, ensure_ascii=True).encode("ascii")  # lone surrogates travel as \ud800 escapes
+                    r = client.post(path, content=data, headers={"Content-Type": "application/json"})
+                    seen[r.status_code] = seen.get(r.status_code, 0) + 1
+                    assert r.status_code in (200, 400), (where, ascii(h), r.status_code, r.text[:300])
+                    r.content.decode("utf-8")  # every reply is valid UTF-8 ...
+                    if r.status_code == 400:
+                        err = r.json()["error"]  # ... and JSON with a one-line message
+                        assert err["message"] and "\n" not in err["message"], (where, err)
+                    if "\ud800" in h or "\udfff" in h:
+                        assert r.status_code == 400, (where, ascii(h), r.text[:300])
+    assert seen[400] and seen[200]
+
+
+def test_the_key_is_checked_before_the_body_and_the_docs_are_off():
+    from bencao.serving.api import ApiConfig, create_app
+
+    app = create_app(FakePipeline(), api_key="sk-x")
+    with _client(app) as client:
+        for body in (b'{"messages": "nope"', b'{"question": 1}', b"x" * 2_000_000):
+            r = client.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 401 and "schema" not in r.text and "messages" not in r.text, r.text
+        r = client.post("/v1/retrieve", json={"question": "大枣", "bogus": 1}, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401 and "bogus" not in r.text
+        for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect", "/redoc"):
+            assert client.get(path).status_code == 404, path
+        # /healthz: status only to anyone; the details with the key
+        h = client.get("/healthz")
+        assert h.status_code == 200 and h.json() == {"status": "ok"}
+        assert client.get("/healthz?details=1").status_code == 401
+        d = client.get("/healthz?details=1", headers={"Authorization": "Bearer sk-x"}).json()
+        assert d["status"] == "ok" and "in_flight" in d and "graph" in d
+    docs = create_app(FakePipeline(), ApiConfig(docs=True), api_key="sk-x")
+    with _client(docs) as client:
+        for path in ("/docs", "/openapi.json", "/docs/oauth2-redirect"):
+            assert client.get(path).status_code == 401, path
+            assert client.get(path, headers={"Authorization": "Bearer sk-x"}).status_code == 200, path
+
+
+def test_healthz_hides_the_reload_error_and_the_graph_path(tmp_path):
+    from bencao.retrieval.graph.store import Graph
+    from bencao.serving.api import create_app
+
+    graph_dir = tmp_path / "secret-place" / "g"
+    Graph.open(graph_dir, create=True).close()
+
+    def reload() -> FakePipeline:
+        raise BencaoError(f"{graph_dir}: the indexes are behind the graph")
+
+    app = create_app(FakePipeline(graph_dir), reload=reload)
+    with _client(app) as client:
+        _bump(graph_dir)
+        h = client.get("/healthz")
+        assert h.json() == {"status": "stale"} and "secret-place" not in h.text
+
+
+# --------------------------------------------------------------------------- item 6: the page's headers, the /static redirect
+
+
+def test_the_page_sends_csp_frame_and_nosniff_headers_and_no_host_built_redirect():
+    from bencao.serving.api import create_app
+
+    app = create_app(FakePipeline())
+    with _client(app) as client:
+        page = client.get("/")
+        assert page.status_code == 200
+        csp = page.headers["content-security-policy"]
+        assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp and "script-src 'self'" in csp
+        assert page.headers["x-frame-options"] == "DENY" and page.headers["x-content-type-options"] == "nosniff"
+        assert client.get("/static/app.js").headers["x-content-type-options"] == "nosniff"
+        r = client.get("/static", headers={"Host": "evil.example"}, follow_redirects=False)
+        assert "evil.example" not in r.headers.get("location", "") and r.status_code in (301, 302, 307, 308, 404)
+        r = client.get("/v1/models/", headers={"Host": "evil.example"}, follow_redirects=False)
+        assert "evil.example" not in r.headers.get("location", "")
+    js = (Path(__file__).resolve().parents[1] / "serving" / "web" / "app.js").read_text(encoding="utf-8")
+    assert "localStorage" not in js  # the key lives for the tab (sessionStorage), not for ever
+
+
+def test_api_key_help_warns_about_ps():
+    import typer.testing
+
+    from bencao.cli import app as cli_app
+
+    out = typer.testing.CliRunner().invoke(cli_app, ["serve", "--help"], env={"COLUMNS": "200", "TERM": "dumb", "NO_COLOR": "1"}).output
+    flat = " ".join(out.replace("│", " ").split())
+    assert "visible to every user of the machine in `ps`" in flat and "prefer the environment variable ($BENCAO_API_KEY" in flat, out
