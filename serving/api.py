@@ -8,18 +8,25 @@ Routes:
   ``timings`` carry the rest. ``stream: true`` sends server-sent events in OpenAI's chunk format
   (the answer is computed first, then streamed in pieces; the last chunk carries the citations).
 - ``POST /v1/retrieve``: ``{"question", "query_triples"?, "use_cot"?, "options"?}`` → Evidence JSON.
-- ``GET /v1/models``, ``GET /healthz``; ``GET /`` serves the web page (``serving/web``).
+- ``GET /v1/models``; ``GET /healthz`` (status only; ``?details=1`` behind the key); ``GET /`` serves the
+  web page (``serving/web``); ``/docs`` and ``/openapi.json`` only with ``api.docs``.
 
 Freshness: with a ``reload`` function (``bencao serve`` passes one) the server compares the graph's
-store key (``store_key``: the file behind the DIR symlink and its write generation) before each
-request; when ``graph add``/``remove``/``build`` changed it, the pipeline is rebuilt once, in a worker
-thread, and swapped in between requests (requests in flight finish on the old one). A reload that
-fails keeps the old pipeline and is retried after the next change.
+store key (``store_key``: the file behind the DIR symlink and its write generation) and the indexes'
+record in the manifest before each request; when ``graph add``/``remove``/``build``/``index`` changed
+them, the pipeline is rebuilt once, in a worker thread, and swapped in between requests (requests in
+flight finish on the old one). A reload that fails (e.g. between a write's commit and its index
+refresh) keeps the old pipeline and is retried when the store or the indexes move, or after
+``api.reload_retry_s``; meanwhile every answer says it comes from an older generation
+(``X-Bencao-Graph-Stale`` and the ``graph`` field; ``/healthz`` says ``stale``).
 
-Limits: a bearer API key on ``/v1/*`` when one is configured (401 otherwise); bodies over
-``max_body_bytes`` get 413; at most ``max_concurrency`` requests are answered at once and
-``max_queue`` more wait, beyond which a request gets 429 at once; a request that waited longer than
-``queue_timeout_s`` gets 503. Errors are OpenAI-style ``{"error": {"message", "type", "code"}}``.
+Limits (docs/serving-reliability.md): a bearer API key on ``/v1/*`` when one is configured, checked
+from the request head before any body is read (401 otherwise); bodies over ``max_body_bytes`` get 413;
+every list field is capped in items and item length (``max_options`` …, 400); at most
+``max_concurrency`` requests are answered at once and ``max_queue`` more wait, beyond which a request
+gets 429 at once; a request that waited longer than ``queue_timeout_s`` gets 503, one that ran past
+``request_timeout_s`` 504. Connection-level guards (header and keep-alive timeouts, per-client cap):
+serving/guard.py. Errors are OpenAI-style ``{"error": {"message", "type", "code"}}``.
 """
 
 # (no `from __future__ import annotations`: FastAPI must see the request types, imported in create_app)
@@ -289,16 +296,16 @@ class BodyLimitMiddleware:
 class PipelineHolder:
     """The pipeline requests are answered with; rebuilt between requests when the graph on disk changed.
 
-    What the loaded pipeline reflects is the store key it was loaded at (``store_key``: file, inode,
-    write generation). Before each request the holder compares a cheap ``stat`` signature of the store
-    and of the manifest (where ``graph index`` / a write's index refresh record what the indexes hold);
-    when it moved and the store key differs from the loaded one, it reloads. A reload that fails (most
-    often "the indexes are behind the graph": a request arriving between a write's commit and its
-    index refresh) is remembered only with what the indexes said at the time (the manifest's
-    signature): it is retried as soon as either the store or the indexes move, and at the latest after
-    ``retry_s`` seconds, never remembered as final. While the store is ahead of the loaded pipeline,
-    :meth:`freshness` says so and every answer carries it (``X-Bencao-Graph-Stale`` and a ``graph``
-    field), never silently."""
+    What a loaded pipeline reflects is its key: the store key it was loaded at (``store_key``: file,
+    inode, write generation) and what the indexes said then (the manifest's ``indexes`` record: the
+    store generation each index was built at, the embedder). Before each request the holder compares a
+    cheap ``stat`` signature of the store, its WAL and the manifest; when it moved and the key differs
+    from the loaded one, it reloads. A reload that fails (most often "the indexes are behind the
+    graph": a request arriving between a write's commit and its index refresh) is remembered only with
+    that key: it is retried as soon as the store or the indexes move (the refresh rewrites the record),
+    and at the latest after ``retry_s`` seconds; it is never final. While the store is ahead of the
+    loaded pipeline, :meth:`freshness` says so and every answer carries it (``X-Bencao-Graph-Stale``
+    and a ``graph`` field), never silently."""
 
     def __init__(self, pipeline: Any, reload: Any = None, retry_s: float = 2.0):
         self.pipeline = pipeline
@@ -307,12 +314,12 @@ class PipelineHolder:
         self.graph_dir = getattr(pipeline, "graph_dir", None)
         self.signature = self._signature()
         self.key = self._key()
-        self.failed: Any = None  # (store key, index signature) of the last failed reload
+        self.failed: Any = None  # the key a reload last failed at
         self.failed_at = 0.0
         self.reloads = 0
         self.failures = 0
         self.last_error: str | None = None
-        self.store_now: Any = self.key  # the store key last read (ahead of self.key while stale)
+        self.now: Any = self.key  # the key last read from disk (ahead of self.key while stale)
         self._lock: asyncio.Lock | None = None
 
     @property
@@ -320,92 +327,97 @@ class PipelineHolder:
         return self.reload is not None and self.graph_dir is not None
 
     def _key(self) -> Any:
+        """(store key, the manifest's indexes record), or None when no readable store is there at this instant."""
         if not self.watching:
             return None
-        from bencao.retrieval.graph.store import store_key
+        from bencao.retrieval.graph.store import MANIFEST_NAME, store_key
 
-        return store_key(self.graph_dir)
-
-    def _index_signature(self) -> Any:
-        """What the indexes say: the manifest (its ``indexes.generation`` record) by ``stat``."""
-        from bencao.retrieval.graph.store import MANIFEST_NAME
-
-        try:
-            st = os.stat(os.path.realpath(Path(self.graph_dir) / MANIFEST_NAME))
-        except OSError:
+        store = store_key(self.graph_dir)
+        if store is None:
             return None
-        return (st.st_ino, st.st_mtime_ns, st.st_size)
+        try:
+            manifest = json.loads((Path(self.graph_dir) / MANIFEST_NAME).read_text(encoding="utf-8"))
+            indexes = json.dumps(manifest.get("indexes"), sort_keys=True, ensure_ascii=False)
+        except (OSError, ValueError):
+            indexes = None
+        return (store, indexes)
 
     def _signature(self) -> Any:
         if not self.watching:
             return None
-        from bencao.retrieval.graph.store import store_signature
+        from bencao.retrieval.graph.store import MANIFEST_NAME, store_signature
 
-        return (store_signature(self.graph_dir), self._index_signature())
+        try:
+            st = os.stat(os.path.realpath(Path(self.graph_dir) / MANIFEST_NAME))
+            manifest = (st.st_ino, st.st_mtime_ns, st.st_size)
+        except OSError:
+            manifest = None
+        return (store_signature(self.graph_dir), manifest)
 
-    def _needs_reload(self, key: Any, isig: Any) -> bool:
+    def _needs_reload(self, key: Any) -> bool:
         if key is None or key == self.key:
             return False
-        if self.failed == (key, isig) and time.monotonic() - self.failed_at < self.retry_s:
+        if key == self.failed and time.monotonic() - self.failed_at < self.retry_s:
             return False  # nothing moved since the last failure, and it is too soon to try again
         return True
 
     async def current(self) -> Any:
-        """The pipeline for this request: reloaded first when the store changed since it was loaded."""
+        """The pipeline for this request: reloaded first when the store or its indexes changed since it was loaded."""
         if not self.watching:
             return self.pipeline
-        signature = self._signature()  # a few stat calls; the generation is read only when they moved
+        signature = self._signature()  # a few stat calls; the generation and the manifest are read only when they moved
         if signature == self.signature:
             return self.pipeline
         key = self._key()
         if key is None:  # no readable store at this instant (a rebuild swapping files): try again next request
             return self.pipeline
-        self.store_now = key
+        self.now = key
         if key == self.key:
-            self.signature = signature  # a write that left the generation alone (e.g. the manifest only)
+            self.signature = signature  # a write that changed neither the generation nor the indexes record
             return self.pipeline
-        if not self._needs_reload(key, signature[1]):
+        if not self._needs_reload(key):
             return self.pipeline
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:  # one reload at a time; requests arriving meanwhile wait and get the new one
-            signature = self._signature()
-            key = self._key()
+            signature, key = self._signature(), self._key()
             if key is not None:
-                self.store_now = key
-            if key is not None and self._needs_reload(key, signature[1]):
+                self.now = key
+            if self._needs_reload(key):
                 from starlette.concurrency import run_in_threadpool
 
                 try:
                     new = await run_in_threadpool(self.reload)
-                except Exception as exc:  # noqa: BLE001 - keep serving the old graph, say why, try again soon
-                    self.failed, self.failed_at = (key, signature[1]), time.monotonic()
+                except Exception as exc:  # noqa: BLE001 - keep serving the old graph, marked stale; try again soon
+                    self.failed, self.failed_at = key, time.monotonic()
                     self.failures += 1
                     self.last_error = f"{type(exc).__name__}: {exc}"
-                    log.warning("graph changed but reloading it failed (serving the previous one, marked stale; retried "
-                                "when the store or its indexes move): %s", self.last_error)
+                    log.warning("graph changed but reloading it failed (answers come from the previous one, marked stale; "
+                                "retried when the store or its indexes move): %s", self.last_error)
                 else:
                     self.pipeline, self.key, self.signature = new, key, signature
                     self.reloads, self.last_error, self.failed = self.reloads + 1, None, None
-                    log.warning("graph %s changed (generation %s): pipeline reloaded", self.graph_dir, key[2])
+                    log.warning("graph %s changed (generation %s): pipeline reloaded", self.graph_dir, key[0][2])
         return self.pipeline
 
+    @property
+    def generation(self) -> int | None:
+        """The store generation the loaded pipeline answers from."""
+        return self.key[0][2] if self.key else None
+
     def freshness(self) -> dict[str, Any] | None:
-        """None when the answer comes from the store's current generation (or nothing is watched); else
-        what it was served from and why (``served_generation``, ``store_generation``, ``reason``)."""
-        if not self.watching or self.key is None or self.store_now is None or self.store_now == self.key:
+        """None when answers come from what is on disk now (or nothing is watched); else what they come from and why
+        (``served_generation``, ``store_generation``, ``reason``)."""
+        if not self.watching or self.key is None or self.now is None or self.now == self.key:
             return None
-        return {"stale": True, "served_generation": self.key[2], "store_generation": self.store_now[2],
-                "reason": "the graph changed on disk and reloading it failed; answered from the previous graph"
+        return {"stale": True, "served_generation": self.key[0][2], "store_generation": self.now[0][2],
+                "reason": "the graph changed on disk and reloading it has not succeeded yet; answered from the previous graph"
                           + (f" ({self.last_error.splitlines()[0][:200]})" if self.last_error else "")
                           + "; the reload is retried on the next request"}
 
     def graph_field(self) -> dict[str, Any]:
-        """The ``graph`` field of a reply: the generation it was answered from, and whether that is behind the store."""
-        stale = self.freshness()
-        if stale:
-            return stale
-        return {"stale": False, "served_generation": self.key[2] if self.key else None}
+        """The ``graph`` field of a reply: the generation it was answered from, and whether that is behind what is on disk."""
+        return self.freshness() or {"stale": False, "served_generation": self.generation}
 
 
 def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
@@ -625,7 +637,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         check_key(request)
         return {"status": status, **pipeline.info(), "uptime_s": round(time.time() - started, 1),
                 "in_flight": limiter.active, "queued": limiter.waiting, "auth": bool(api_key),
-                "graph_generation": holder.key[2] if holder.key else None, "reloads": holder.reloads, "graph": holder.graph_field(),
+                "graph_generation": holder.generation, "reloads": holder.reloads, "graph": holder.graph_field(),
                 **({"reload_error": holder.last_error} if holder.last_error else {})}
 
     @app.get("/v1/models")

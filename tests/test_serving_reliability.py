@@ -78,7 +78,7 @@ def _index_refresh(graph_dir: Path) -> None:
     from bencao.retrieval.graph.store import Graph
 
     with Graph.open(graph_dir) as g:
-        g.write_manifest("index")
+        g.write_manifest("index", indexes={"generation": {"store": g.store_id(), "lexical": {"snippets": g.generation()}}})
 
 
 def test_reload_failing_while_indexes_lag_is_retried_after_the_refresh_and_stale_answers_say_so(tmp_path):
