@@ -6,8 +6,11 @@ the races against ``bencao graph add/remove`` on a served graph are marked slow.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
+import socket
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -355,12 +358,6 @@ def test_graph_add_and_remove_racing_a_stream_of_requests(tmp_path_factory):
 
 
 # --------------------------------------------------------------------------- item 2: slow and idle clients
-
-import contextlib  # noqa: E402
-import socket  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
-
 
 @contextlib.contextmanager
 def _uvicorn(api: Any, pipeline: Any = None):
