@@ -19,7 +19,16 @@ subprocess and runs:
    - path traversal on ``/``, ``/static`` and ``/v1`` (``..``, ``%2e%2e``, ``%2f``, backslashes, NUL,
      absolute paths, symlink-style names) -> never a 200 with a file from outside ``serving/web``;
    - with the key on: no key / wrong key -> 401, ``/healthz`` and ``/`` open.
-3. after: ``/healthz`` shows nothing in flight or queued; RSS after the abuse.
+3. slow and idle clients (issue 26), each with a probe client asking ``/healthz`` and ``/v1/retrieve``
+   every half second throughout, whose statuses and latencies are recorded:
+   - slow clients: ``--tricklers`` connections (default 100) sending a request head one byte a second,
+     never finishing it: the server must cut every one within ``api.header_timeout_s`` (+5 s);
+   - idle flood: ``--idle-flood`` connections (default 1000, the default ``api.max_connections``)
+     opened at once and left silent: requests must still be answered while they are open, and none
+     may be left open past ``api.header_timeout_s`` (+5 s).
+4. after: ``/healthz`` shows nothing in flight or queued; RSS after the abuse.
+
+``--only-clients`` runs step 3 alone (no load, no other abuse): a quick check of the connection guards.
 
 The script exits non-zero when an invariant fails (a 5xx, a traversal that returned a file, a slow
 body that was not cut, a slot not released), so it doubles as a soak test.
@@ -318,8 +327,124 @@ async def abuse(base: str, key: str | None, body_timeout_s: float) -> dict[str, 
                 "web_no_key": (await http.get(base + "/")).status_code,
             }
         await asyncio.sleep(1)
-        out["health_after"] = (await http.get(base + "/healthz")).json()
+        out["health_after"] = (await http.get(base + "/healthz?details=1", headers=headers)).json()
     return out
+
+
+async def _probed(base: str, headers: dict[str, str], work: Any) -> dict[str, Any]:
+    """Run ``work`` (a coroutine) while a normal client asks /healthz and /v1/retrieve every half second."""
+    import httpx
+
+    lat: dict[str, list[float]] = defaultdict(list)
+    statuses: dict[str, Counter] = defaultdict(Counter)
+    stop = asyncio.Event()
+
+    async def probe() -> None:
+        async with httpx.AsyncClient(timeout=60) as http:
+            while not stop.is_set():
+                for name, call in (("healthz", lambda: http.get(base + "/healthz")),
+                                   ("retrieve", lambda: http.post(base + "/v1/retrieve", json={"question": "大枣的性味是什么？"}, headers=headers))):
+                    t = time.perf_counter()
+                    try:
+                        r = await call()
+                        statuses[name][r.status_code] += 1
+                    except httpx.HTTPError as exc:
+                        statuses[name][type(exc).__name__] += 1
+                    lat[name].append(time.perf_counter() - t)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 0.5)
+
+    prober = asyncio.create_task(probe())
+    await asyncio.sleep(0.2)
+    try:
+        out = await work
+    finally:
+        stop.set()
+        await prober
+    out["requests_during"] = {name: {"statuses": dict(statuses[name]), "p50_ms": round(_pct(lat[name], 50) * 1000, 1),
+                                     "max_ms": round(max(lat[name], default=float("nan")) * 1000, 1)} for name in statuses}
+    return out
+
+
+async def _header_tricklers(host: str, port: int, n: int, hold_s: float) -> dict[str, Any]:
+    """``n`` connections sending a request head one byte a second, never its end; what the server does and when."""
+    async def one() -> tuple[str, float]:
+        t = time.monotonic()
+        try:
+            reader, writer = await asyncio.open_connection(host, port)
+        except OSError as exc:
+            return f"refused ({type(exc).__name__})", 0.0
+        status = "held open"
+        try:
+            writer.write(f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Trickle: ".encode())
+            while time.monotonic() - t < hold_s:
+                writer.write(b"x")
+                await writer.drain()
+                try:
+                    line = await asyncio.wait_for(reader.readline(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    continue
+                status = line.decode(errors="replace").strip() or "closed"
+                break
+        except (ConnectionError, OSError):
+            status = "closed"
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()
+        return status, round(time.monotonic() - t, 1)
+
+    res = await asyncio.gather(*(one() for _ in range(n)))
+    return {"clients": n, "outcomes": dict(Counter(s for s, _ in res)), "max_s": max(d for _, d in res),
+            "p50_s": _pct([d for _, d in res], 50)}
+
+
+async def _idle_flood(host: str, port: int, n: int, hold_s: float) -> dict[str, Any]:
+    """Open ``n`` connections at once and send nothing; count how many the server keeps open over time."""
+    conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    refused: Counter[str] = Counter()
+    t = time.monotonic()
+    for _ in range(n):
+        try:
+            conns.append(await asyncio.open_connection(host, port))
+        except OSError as exc:
+            refused[type(exc).__name__] += 1
+    opened_s = round(time.monotonic() - t, 2)
+    timeline: list[tuple[float, int]] = []
+    while time.monotonic() - t < hold_s:
+        await asyncio.sleep(0.5)
+        open_now = sum(not r.at_eof() for r, _ in conns)
+        timeline.append((round(time.monotonic() - t, 1), open_now))
+        if open_now == 0:
+            break
+    for _, w in conns:
+        w.close()
+    return {"connections": n, "opened": len(conns), "refused": dict(refused), "opened_in_s": opened_s,
+            "open_after_s": [list(x) for x in timeline if x is timeline[0] or x is timeline[-1] or x[1] != 0][:3] + [list(timeline[-1])],
+            "all_closed_after_s": next((x[0] for x in timeline if x[1] == 0), None)}
+
+
+async def clients_phase(base: str, key: str | None, header_timeout_s: float, tricklers: int, idle: int) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    host, port = base.split("//")[1].split(":")
+    hold = header_timeout_s + 20
+    return {"header_timeout_s": header_timeout_s,
+            "slow_clients": await _probed(base, headers, _header_tricklers(host, int(port), tricklers, hold)),
+            "idle_flood": await _probed(base, headers, _idle_flood(host, int(port), idle, hold))}
+
+
+def check_clients(c: dict[str, Any]) -> list[str]:
+    bad = []
+    limit = c["header_timeout_s"] + 5
+    sc, fl = c["slow_clients"], c["idle_flood"]
+    if sc["outcomes"].get("held open") or sc["max_s"] > limit:
+        bad.append(f"slow clients were not cut within {limit:g}s: {sc['outcomes']}, max {sc['max_s']}s")
+    if fl["all_closed_after_s"] is None or fl["all_closed_after_s"] > limit:
+        bad.append(f"idle connections left open: {fl['open_after_s']}")
+    for name, scen in (("slow clients", sc), ("idle flood", fl)):
+        for what, r in scen["requests_during"].items():
+            if set(r["statuses"]) != {200}:
+                bad.append(f"{what} during the {name}: {r['statuses']}")
+    return bad
 
 
 def check(mode: dict[str, Any], body_timeout_s: float) -> list[str]:
@@ -355,12 +480,16 @@ def main() -> int:
     ap.add_argument("--modes", default="off,on", help="API key modes to run: off,on")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="serve --set overrides (repeatable)")
     ap.add_argument("--body-timeout", type=float, default=10.0, help="api.body_timeout_s given to the server")
+    ap.add_argument("--header-timeout", type=float, default=10.0, help="api.header_timeout_s given to the server")
+    ap.add_argument("--tricklers", type=int, default=100, help="slow clients trickling a request head")
+    ap.add_argument("--idle-flood", type=int, default=1000, help="idle connections opened at once")
+    ap.add_argument("--only-clients", action="store_true", help="run the slow-client and idle-flood scenarios only")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve_load.json")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="serve-load-"))
     graph = args.graph or build_graph(tmp)
-    sets = [f"api.body_timeout_s={args.body_timeout}", *args.sets]
+    sets = [f"api.body_timeout_s={args.body_timeout}", f"api.header_timeout_s={args.header_timeout}", *args.sets]
     result: dict[str, Any] = {"graph": str(graph), "clients": args.clients, "duration_s": args.duration, "serve_sets": sets,
                               "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()[0], "modes": {}}
     failures: list[str] = []
@@ -375,6 +504,13 @@ def main() -> int:
                 httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": q}]}, headers=warm, timeout=300)
             rss0 = _rss_mib(proc.pid)
             res: dict[str, Any] = {"rss_mib_before": round(rss0, 1)}
+            if args.only_clients:
+                res["clients"] = asyncio.run(clients_phase(base, key, args.header_timeout, args.tricklers, args.idle_flood))
+                res["rss_mib_after_clients"] = round(_rss_mib(proc.pid), 1)
+                res["failures"] = check_clients(res["clients"])
+                failures += [f"key {mode}: {f}" for f in res["failures"]]
+                result["modes"][mode] = res
+                continue
             cpu = lambda pid: sum(psutil.Process(pid).cpu_times()[:2])  # noqa: E731
             s0, c0 = cpu(proc.pid), cpu(os.getpid())
             res["load"] = asyncio.run(load(base, key, args.clients, args.duration))
@@ -385,12 +521,17 @@ def main() -> int:
             res["rss_mib_after_load"] = round(_rss_mib(proc.pid), 1)
             res["abuse"] = asyncio.run(abuse(base, key, args.body_timeout))
             res["rss_mib_after_abuse"] = round(_rss_mib(proc.pid), 1)
-            res["failures"] = check(res, args.body_timeout)
+            res["clients"] = asyncio.run(clients_phase(base, key, args.header_timeout, args.tricklers, args.idle_flood))
+            res["rss_mib_after_clients"] = round(_rss_mib(proc.pid), 1)
+            res["failures"] = check(res, args.body_timeout) + check_clients(res["clients"])
             failures += [f"key {mode}: {f}" for f in res["failures"]]
             result["modes"][mode] = res
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     for mode, res in result["modes"].items():
+        print(f"key {mode}: slow clients and idle flood: " + json.dumps(res["clients"], ensure_ascii=False))
+        if "load" not in res:
+            continue
         ld = res["load"]
         lat = ld["latency"]
         print(f"key {mode}: {ld['requests']} requests in {ld['duration_s']} s from {ld['clients']} clients; statuses {ld['statuses']}; "
@@ -398,7 +539,7 @@ def main() -> int:
               f"429 p50 {lat.get('429', {}).get('p50_ms')} ms p95 {lat.get('429', {}).get('p95_ms')} ms; "
               f"RSS {res['rss_mib_before']} -> {res['rss_mib_after_load']} -> {res['rss_mib_after_abuse']} MiB; "
               f"CPU server {ld['server_cpu_s']} s, load generator {ld['client_cpu_s']} s")
-    print(json.dumps({m: r["abuse"] for m, r in result["modes"].items()}, ensure_ascii=False, indent=1))
+    print(json.dumps({m: r["abuse"] for m, r in result["modes"].items() if "abuse" in r}, ensure_ascii=False, indent=1))
     print("FAILURES:\n" + "\n".join(failures) if failures else "all invariants held")
     return 1 if failures else 0
 

@@ -125,7 +125,9 @@ def serve(
     config: Optional[Path] = CONFIG,
     host: Optional[str] = typer.Option(None, help="Interface to listen on (default api.host, 127.0.0.1)."),
     port: Optional[int] = typer.Option(None, help="TCP port (default api.port, 8000)."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer key required on /v1/* (default: $BENCAO_API_KEY, see api.api_key_env)."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer key required on /v1/*. A key given here is visible to every user of the machine in `ps` "
+                                                                    "and stays in the shell history: prefer the environment variable ($BENCAO_API_KEY, see "
+                                                                    "api.api_key_env), which this option overrides."),
     set_: Optional[list[str]] = SET,
     llm: Optional[str] = LLM,
     cot: Optional[str] = COT,
@@ -134,6 +136,7 @@ def serve(
     import uvicorn
 
     from bencao.serving.api import create_app, resolve_api_key
+    from bencao.serving.guard import uvicorn_config
 
     cfg = load_config(config, set_, llm, cot)
     pipeline = open_pipeline(graph, cfg)
@@ -143,7 +146,7 @@ def serve(
         typer.echo(f"warning: serving on {h} without an API key; set ${cfg.api.api_key_env} or --api-key", err=True)
     app_ = create_app(pipeline, cfg.api, key, reload=lambda: open_pipeline(graph, cfg))  # reloads when the graph changes
     typer.echo(f"bencao serving {graph} on http://{h}:{p}/ (answers by {pipeline.info()['answerer']})", err=True)
-    uvicorn.run(app_, host=h, port=p, log_level="warning", timeout_graceful_shutdown=5, limit_concurrency=cfg.api.max_connections)
+    uvicorn.Server(uvicorn_config(app_, cfg.api, h, p)).run()  # header/keep-alive timeouts, per-client cap: serving/guard.py
 
 
 @app.command("infer")

@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from bencao.deadline import check_deadline
 from bencao.config import field
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, PathHit, TripleHit, path_heading
@@ -185,9 +186,12 @@ class GraphAnswerer:
         q_tokens = set(_content_tokens(question, self.stop))
         ir = list(ev.option_support) if len(ev.option_support) == len(texts) else [0.0] * len(texts)
         top_ir = max(ir, default=0.0)
-        return [round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
-                      + (self.cfg.w_ir * ir[i] / top_ir if top_ir > 0 else 0.0), 6)
-                for i, t in enumerate(texts)]
+        out = []
+        for i, t in enumerate(texts):
+            check_deadline("scoring the options")
+            out.append(round(self.cfg.w_graph * self._graph_support(ev, f"option:{i}") + self.cfg.w_text * self._text_support(ev, t, q_tokens)
+                             + (self.cfg.w_ir * ir[i] / top_ir if top_ir > 0 else 0.0), 6))
+        return out
 
     # ------------------------------------------------------------------ tasks
     def is_exception_question(self, question: str) -> bool:
@@ -263,6 +267,8 @@ class GraphAnswerer:
         names = [norm_key(x) for e in asked for x in (e.name, e.mention) if x]
         scored: list[tuple[float, str]] = []
         for s in ev.snippets:
+            if instruction_shaped(s.text):
+                continue  # a passage that addresses the reader or the answerer is data, never an answer line (nor any sentence of it)
             for sent in split_sentences(s.text):
                 if names and not any(n in norm_key(sent) for n in names):
                     continue  # quote only sentences about the entities asked for
@@ -277,7 +283,7 @@ class GraphAnswerer:
         parts: list[str] = []
         if asked or ev.entities:
             e = (asked or ev.entities)[0]
-            if e.description:
+            if e.description and not instruction_shaped(e.description):
                 parts.append(f"{e.name}{w['sep']}{e.description}")
             facts, n_asked = self.order_facts(question, ev, e.id)
             shown = facts[: max(self.cfg.max_sentences, min(n_asked, self.cfg.max_intent_facts))]
@@ -313,6 +319,37 @@ class GraphAnswerer:
         facts = [t for t in ev.triples if entity_id in (t.head_id, t.tail_id)]
         facts.sort(key=lambda t: (rank.get(t.relation, len(rank)), -path_score.get(t.id, 0.0), -float(t.confidence), -float(t.score or 0.0)))
         return facts, sum(t.relation in rank for t in facts)
+
+
+# Text addressed to whoever reads or answers, not source text about the subject: requests to relay something to the
+# user, meta-instructions ("ignore the previous instructions", "system prompt"), orders to an assistant / model.
+# Plain usage directions of the sources ("孕妇忌服", "take with warm water") are not matched: they are the sources' content.
+_INSTRUCTION_ZH = re.compile(
+    r"(请|务必|必须|一定要|马上|立即)?(告诉|告知|转告|通知|提醒|警告|回答|回复|答复|说服|转达)(用户|读者|提问者|病人|患者|对方|大家|他们|所有人)"
+    r"|(对|向|跟|给)(用户|读者|提问者|提问的人)(说|讲|表示|声明|强调|回答|回复|转达|说明)"
+    r"|(忽略|无视|忽视|忘记|不要理会|不要遵守|违背|覆盖|绕过)[^。！？\n]{0,8}(指令|指示|提示词?|规则|设定|约束|要求|说明|命令|证据|资料)"
+    r"|(系统|开发者|管理员)(指令|提示词?|消息|命令|通知|设定)"
+    r"|(你|您)(现在|从现在起|必须|应该|应当|要|需要|只能|只许|不得|不能|不许)"
+    r"|(作为|你是)(一个|一名)?(ai|人工智能|语言模型|大模型|助手|聊天机器人|机器人|chatgpt|gpt)"
+    r"|(ai|人工智能|语言模型|大模型|模型|助手|机器人)(必须|应该|应当|需要|请|要|只能)"
+    r"|(回答|输出|回复)(时|中)?(只|仅)(能|可|需)?(写|说|输出|回答|回复)",
+    re.IGNORECASE)
+_INSTRUCTION_EN = re.compile(
+    r"\b(ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,40}\b(instructions?|prompts?|rules?|guidelines|directions|evidence|context|above|previous)\b"
+    r"|\b(system|developer|admin)\s+(instructions?|prompts?|messages?|notes?|overrides?)\b"
+    r"|\b(tell|inform|warn|advise|convince|notify|remind)\s+(the\s+)?(users?|readers?|asker|patient|people|everyone|them)\b"
+    r"|\b(say|reply|respond|answer|write|output|print)\s+(only\s+)?(to\s+the\s+(user|reader)|with|that)\b"
+    r"|\byou\s+(must|should|shall|will|are\s+now|have\s+to|need\s+to|may\s+only|can\s+only|are\s+to)\b"
+    r"|\b(as\s+an?\s+)?(ai|assistant|language\s+model|llm|chatbot|chatgpt)\b[^.!?\n]{0,20}\b(must|should|shall|will|has\s+to|needs\s+to)\b"
+    r"|\b(assistant|chatbot|model)\s*[,:]",
+    re.IGNORECASE)
+
+
+def instruction_shaped(text: str) -> bool:
+    """Does ``text`` address whoever reads or answers it (a prompt-injection attempt, a request to relay a claim to
+    the user), rather than state something about its subject? Such text is never quoted as an answer line."""
+    t = " ".join(str(text).split())
+    return bool(_INSTRUCTION_ZH.search(t) or _INSTRUCTION_EN.search(t))
 
 
 def _negated(text: str) -> bool:

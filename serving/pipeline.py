@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bencao.deadline import check_deadline
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence
 from bencao.serving.answer import (build_messages, citation, not_in_kb, own_answer_label, own_answer_messages, parse_reply,
@@ -233,6 +234,7 @@ class AnswerPipeline:
         self._share(out, "plan_s", t)
 
         for i, q in enumerate(queries):
+            check_deadline("retrieval")
             t = _now()
             if not self.cfg.answer.closed_book:
                 u, p = und[i], plans[i]
@@ -247,6 +249,7 @@ class AnswerPipeline:
             out[i].timings["retrieve_s"] = round(_now() - t, 4)
 
         if answer:
+            check_deadline("answering")
             t = _now()
             if self.answerer == "generator":
                 self._generate(out, params)

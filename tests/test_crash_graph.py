@@ -244,8 +244,8 @@ def test_serve_sees_an_added_document_and_a_rebuild_at_its_next_request(tmp_path
         assert "枸杞莓" not in linked(base)
         assert main(["graph", "add", "-g", str(graph), "-f", "foodon-jsonl", str(berry)]) == 0
         assert "枸杞莓" in linked(base)  # the very next request
-        h = httpx.get(base + "/healthz").json()
+        h = httpx.get(base + "/healthz?details=1").json()
         assert h["reloads"] == 1 and h["graph_generation"] >= 2
         assert main(["graph", "build", "-c", str(new), "-g", str(graph)]) == 0  # the rebuilt graph has no berry
         assert "枸杞莓" not in linked(base)
-        assert httpx.get(base + "/healthz").json()["reloads"] == 2
+        assert httpx.get(base + "/healthz?details=1").json()["reloads"] == 2

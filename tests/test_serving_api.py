@@ -157,7 +157,7 @@ def test_fifty_concurrent_requests_succeed_or_get_clean_429_and_memory_stays_bou
             else:
                 assert b["error"]["code"] in ("rate_limit_exceeded", "server_overloaded") and "retry" in b["error"]["message"]
         rss_after.append(ps.memory_info().rss)
-    health = httpx.get(base + "/healthz").json()
+    health = httpx.get(base + "/healthz?details=1", headers=_auth()).json()
     assert health["in_flight"] == 0 and health["queued"] == 0
     growth_mb = (max(rss_after) - rss_before) / 2**20
     assert growth_mb < 150, f"RSS grew {growth_mb:.0f} MiB over 100 requests"
@@ -166,7 +166,9 @@ def test_fifty_concurrent_requests_succeed_or_get_clean_429_and_memory_stays_bou
 
 def test_healthz_and_web_page_need_no_key(server):
     base, _ = server
-    h = httpx.get(base + "/healthz").json()
+    assert httpx.get(base + "/healthz").json() == {"status": "ok"}  # status only: no path, no errors, to anyone
+    assert httpx.get(base + "/healthz?details=1").status_code == 401  # the details are behind the key
+    h = httpx.get(base + "/healthz?details=1", headers=_auth()).json()
     assert h["status"] == "ok" and h["auth"] is True and h["answerer"] == "graph"
     page = httpx.get(base + "/")
     assert page.status_code == 200 and 'id="question"' in page.text
@@ -195,3 +197,27 @@ def test_slot_limiter_admits_queues_refuses_and_times_out():
         return [full.value.status, full.value.code, late.value.status, late.value.code, lim.active, lim.waiting]
 
     assert asyncio.run(scenario()) == [429, "rate_limit_exceeded", 503, "server_overloaded", 1, 0]
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}], "options": {"A": "\ud800", "B": "苦"}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}], "options": {"\ud800": "甘", "B": "苦"}}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}], "candidates": ["\ud800", "山药"]}),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": QUESTION}], "candidates": ["\udfff"], "stream": True}),
+    ("/v1/retrieve", {"question": QUESTION, "query_triples": [{"\ud800": "大枣", "relation": "性味", "tail": "?"}]}),
+    ("/v1/retrieve", {"question": QUESTION, "options": ["a\ud800"]}),
+])
+def test_lone_surrogates_anywhere_get_400_not_500(server, path, body):
+    """Issue 26's reproductions against the real pipeline: each was an HTTP 500."""
+    base, _ = server
+    data = json.dumps(body, ensure_ascii=True).encode("ascii")  # the surrogate travels as a \\ud800 escape
+    r = httpx.post(base + path, content=data, headers={**_auth(), "Content-Type": "application/json"}, timeout=60)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_without_the_key_a_bad_body_gets_401_before_any_schema_error(server):
+    base, _ = server
+    r = httpx.post(base + "/v1/chat/completions", content=b'{"prompt": 1}', headers={"Content-Type": "application/json"})
+    assert r.status_code == 401 and "Field required" not in r.text
+    assert httpx.get(base + "/openapi.json").status_code == 404 and httpx.get(base + "/docs").status_code == 404

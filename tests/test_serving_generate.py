@@ -173,7 +173,7 @@ def test_api_maps_generator_failure_to_502_and_keeps_serving(graph, retriever):
     assert "model overloaded" in r.json()["error"]["message"]
     r = client.post("/v1/chat/completions", json=body)
     assert r.status_code == 200 and r.json()["citations"][0]["n"] == 1
-    assert client.get("/healthz").json()["in_flight"] == 0
+    assert client.get("/healthz?details=1").json()["in_flight"] == 0
 
 
 def test_batch_inference_with_a_generator_shows_options_and_links_them(graph, retriever, tmp_path):

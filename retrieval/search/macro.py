@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from bencao.deadline import check_deadline
 from bencao.retrieval.evidence import SnippetHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.fusion import rrf
@@ -84,6 +85,7 @@ def option_retrieve(g: Graph, ix: Any, question: str, options: list[str], *, k_p
         return [], [0.0] * len(options)
     pools: list[list[str]] = []
     for opt in options:
+        check_deadline("searching the options")
         if not opt.strip():
             pools.append([])
             continue
@@ -93,6 +95,7 @@ def option_retrieve(g: Graph, ix: Any, question: str, options: list[str], *, k_p
     support: list[float] = []
     kept: list[tuple[int, str, float]] = []
     for i, (opt, pool) in enumerate(zip(options, pools)):
+        check_deadline("scoring the options")
         holding = [sid for sid in pool if sid in rows and holds_option(rows[sid]["text"], opt)]
         scores = lex.score_ids(question, holding) if holding else {}
         ranked = sorted(holding, key=lambda sid: -scores[sid])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bencao.deadline import check_deadline
 from bencao.retrieval.evidence import SnippetHit, TripleHit
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.search.adjacency import adjacency_for
@@ -34,6 +35,7 @@ def nearest_triples(g: Graph, ix: Any, queries: list[str], k: int, *, rrf_k: int
     while True:
         ranked: list[list[tuple[str, float]]] = []
         for q in queries:
+            check_deadline("searching the query triples")
             if ix is not None:
                 ranked.append(ix.lexical_search("triples", q, depth))
                 ranked.append(ix.dense_search("triples", q, depth))

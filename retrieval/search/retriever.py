@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from bencao.deadline import check_deadline
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
 from bencao.retrieval.graph.store import Graph
@@ -103,6 +104,7 @@ class Retriever:
                 if m not in seen:
                     add(self.linker.link(m, question), "question", "linking")
         for i, opt in enumerate(options):
+            check_deadline("linking the options")
             if not opt.strip():
                 continue
             ms = self.mentions(opt) or ([opt.strip()] if len(opt) <= self.cfg.linking.max_mention_chars else [])

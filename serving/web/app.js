@@ -4,7 +4,7 @@
 
 const $ = (id) => document.getElementById(id);
 const keyInput = $("api-key");
-keyInput.value = localStorage.getItem("bencao-api-key") || "";
+keyInput.value = sessionStorage.getItem("bencao-api-key") || "";
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
@@ -78,7 +78,7 @@ async function ask(question) {
   const headers = { "Content-Type": "application/json" };
   const key = keyInput.value.trim();
   if (key) headers["Authorization"] = "Bearer " + key;
-  localStorage.setItem("bencao-api-key", key);
+  sessionStorage.setItem("bencao-api-key", key);
   const resp = await fetch("/v1/chat/completions", {
     method: "POST", headers,
     body: JSON.stringify({ messages: [{ role: "user", content: question }] }),
