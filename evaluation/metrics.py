@@ -1,6 +1,6 @@
 """Metrics for every task, per-record scores, bootstrap 95% intervals and breakdown by source.
 
-Definitions (also in the README):
+Definitions (also in docs/evaluation.md and docs/evaluation-metrics.md):
 
 - ``mcq`` ``accuracy``: the predicted set of letters equals the gold set (multi-gold needs all of
   them and nothing else). An abstention predicts nothing and is wrong.

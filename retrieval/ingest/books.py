@@ -57,7 +57,7 @@ class BookOptions:
                                                     "(herbals and food-therapy books by title or markup, see book_kinds).")
     formulas: bool | str = field(False, help="Run the LLM-free formula extractor: true, false, or auto (formula books by title or markup).")
     families: frozenset[str] = field(DEFAULT_FAMILIES, help="Relation families the extractors write: default (those measured at or "
-                                                             "above 90 %, see precision.MEASURED and the README's table), all, or a "
+                                                             "above 90 %, see precision.MEASURED and docs/corpus.md), all, or a "
                                                              "list (flavour_nature, toxicity, meridian, treats, effect, alias, "
                                                              "formula_composition, formula_treats).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
