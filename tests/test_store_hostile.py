@@ -750,3 +750,26 @@ def test_mapping_file_changed_while_read_is_refused(tmp_path, capsys) -> None:
     with faults.on("ingest.hashed", edit):
         assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv), "-O", f"mapping={mapping}"]) == 2
     assert "changed while the input was read" in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize("fmt, name, body, expected", [
+    ("obo", "t.obo", "format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:2\nname: plum\n\n[Term]\nid: X:1\nname: pear\n",
+     "term X:1 is named twice: 'apple' (line 5) and 'pear'"),
+    ("skos", "t.ttl", '@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n@prefix ex: <http://example.org/> .\n'
+                      'ex:a a skos:Concept ; skos:prefLabel "apple"@en .\nex:a skos:prefLabel "pear"@en .\n',
+     "2 prefLabels in language 'en': 'apple' and 'pear'"),
+])
+def test_ontology_ids_defined_twice_with_different_names_refused(tmp_path, capsys, fmt, name, body, expected) -> None:
+    """pronto merges OBO stanzas of one id and rdflib keeps both prefLabels: either way one name was lost silently."""
+    src = tmp_path / name
+    src.write_text(body, encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src)]) == 2
+    line = _one_line_error(capsys)
+    assert expected in line and "refused" in line, line
+
+
+def test_obo_stanzas_of_one_id_with_the_same_name_still_merge(tmp_path, capsys) -> None:
+    src = tmp_path / "t.obo"
+    src.write_text("format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:1\nsynonym: \"malus\" EXACT []\n", encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "obo", str(src)]) == 0
+    assert "1 entities" in capsys.readouterr().out

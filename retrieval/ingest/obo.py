@@ -47,6 +47,8 @@ def read_ontology(path: Path, fmt: str) -> Any:
             data = text.encode("utf-8")
         if b"\r" in data:  # CRLF or bare-CR line ends (old Mac files): the OBO parser only splits on LF
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+    if fmt == "obo":
+        _refuse_conflicting_stanzas(data, path)
     head = data[:4096]
     if fmt == "owl" and not RdfXMLParser.can_parse(str(path), head):
         raise InputError(path, "not an OWL RDF/XML file: expected an XML document starting with <?xml or <rdf:RDF")
@@ -69,6 +71,35 @@ def read_ontology(path: Path, fmt: str) -> Any:
             if type(exc).__name__ != "PanicException":
                 raise
             raise InputError(path, f"malformed {fmt.upper()}: the parser gave up ({exc})") from None
+
+
+def _refuse_conflicting_stanzas(data: bytes, path: Path) -> None:
+    """OBO merges stanzas that share an id, so a second [Term] with the id of an earlier one and another
+    name would silently rename it (pronto keeps the last): refused, naming both lines. Stanzas that repeat
+    an id with the same name (or none) add to the term, as OBO 1.4 allows."""
+    names: dict[str, tuple[str, int]] = {}
+    stanza = None
+    current: str | None = None
+    for number, raw in enumerate(data.split(b"\n"), 1):
+        line = raw.strip()
+        if line.startswith(b"[") and line.endswith(b"]"):
+            stanza, current = line.decode("utf-8", "replace"), None
+            continue
+        if stanza != "[Term]" or b":" not in line:
+            continue
+        tag, _, value = line.partition(b":")
+        value = value.split(b" !", 1)[0].strip()
+        if tag == b"id":
+            current = value.decode("utf-8", "replace")
+        elif tag == b"name" and current is not None:
+            name = value.decode("utf-8", "replace")
+            first = names.get(current)
+            if first is None:
+                names[current] = (name, number)
+            elif first[0] != name:
+                raise InputError(path, f"term {current} is named twice: {first[0][:60]!r} (line {first[1]}) and {name[:60]!r}; "
+                                       "OBO merges stanzas of one id, so one name would be lost — conflicting duplicate ids are refused",
+                                 record=f"line {number}")
 
 
 def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:

@@ -163,6 +163,20 @@ def _pick(literals: list[Any], langs: list[str]) -> Any:
     return next(iter(by_lang.values()))[0] if by_lang else None
 
 
+def _one_preflabel_per_language(path: Path, eid: str, prefs: list[Any]) -> None:
+    """SKOS integrity condition S14: at most one prefLabel per language tag. Two (the same concept defined
+    twice with different names, or two files concatenated) would keep one silently; refused instead."""
+    by_lang: dict[str, set[str]] = {}
+    for p in prefs:
+        by_lang.setdefault(getattr(p, "language", None) or "", set()).add(str(p).strip())
+    for lang, names in by_lang.items():
+        if len(names) > 1:
+            shown = " and ".join(repr(n[:60]) for n in sorted(names)[:2])
+            raise InputError(path, f"{len(names)} prefLabels in language {lang or '(none)'!r}: {shown}; "
+                                   "SKOS allows one per language (S14) — conflicting duplicate definitions are refused",
+                             record=f"concept {eid}")
+
+
 @register("skos", kind="ontology", options=("lang", "entity_type", "broader_relation", "rdf_format"),
           description="SKOS concepts via rdflib (Turtle, RDF/XML, JSON-LD, ...): prefLabel/altLabel/hiddenLabel, definition, broader → is_a, exactMatch xrefs")
 def load_skos(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
@@ -181,6 +195,7 @@ def load_skos(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     for s in sorted(subjects, key=str):
         eid = ids[s]
         prefs = list(rdf.objects(s, SKOS.prefLabel))
+        _one_preflabel_per_language(path, eid, prefs)
         label = _pick(prefs, langs)
         if label is None or not str(label).strip():
             unnamed += 1
