@@ -92,6 +92,7 @@ class TripleHit:
     via: list[str] = field(default_factory=list)  # micro | asked | anchored | path | personal
     snippet_ids: list[str] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # titles of the documents asserting it, for a fact no passage holds
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, score: float = 0.0, via: list[str] | None = None) -> "TripleHit":

@@ -130,9 +130,12 @@ class GraphAnswerer:
 
     @staticmethod
     def _cite(t: TripleHit, refs: dict[str, int]) -> str:
-        """`` [n]``: the evidence passage the fact was read from, when it is among the references."""
+        """`` [n]``: the evidence passage the fact was read from, when it is among the references; else, for a
+        fact no passage holds (an ontology's, a KB's), `` [title]`` of the document that asserts it."""
         n = next((refs[sid] for sid in (t.snippet_ids or []) if sid in refs), None)
-        return f" [{n}]" if n is not None else ""
+        if n is not None:
+            return f" [{n}]"
+        return f" [{t.sources[0]}]" if t.sources else ""
 
     def path_text(self, p: PathHit, lang: str) -> str:
         labels = self.cfg.relation_labels.get(lang, {})
@@ -299,7 +302,7 @@ class GraphAnswerer:
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
-            parts = [self.fact(t, lang) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
+            parts = [self.fact(t, lang) + self._cite(t, refs) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
         return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4)}
 
     def unrelated(self, question: str, ev: Evidence, quoted: bool = False) -> str | None:

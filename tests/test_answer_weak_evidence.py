@@ -56,3 +56,24 @@ def test_a_passage_about_the_entity_answers_a_question_whose_relation_has_no_fac
                   snippets=[SnippetHit(id="P", text="大枣，味甘，平。主心腹邪气，安中养脾。", path=["神农本草经", "大枣"], score=0.5)])
     res = GraphAnswerer().answer("大枣有什么功效？", ev)
     assert not res["abstained"] and res["answer"].startswith("大枣，味甘") and "[1]" in res["answer"]
+
+
+def test_ontology_and_kb_facts_cite_the_document_that_asserts_them(tmp_path, capsys):
+    """A fact no passage holds (an ontology's is_a) cites its document; a book's fact keeps its numbered passage."""
+    import json
+
+    from bencao.cli import main
+
+    src = tmp_path / "mini_foods.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "X:1", "label": "drupe fruit", "parents": []},
+        {"id": "X:2", "label": "almond", "parents": ["X:1"], "definition": "A drupe fruit of an almond plant."},
+    ]) + "\n", encoding="utf-8")
+    g = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", g, "--format", "foodon-jsonl", src.as_posix(), "--title", "Mini FoodOn"]) == 0
+    capsys.readouterr()
+    assert main(["ask", "--graph", g, "--json", "What kind of food is almond?"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert "almond is a drupe fruit (confidence 1.00) [Mini FoodOn]" in out["answer"], out["answer"]
+    fact = next(t for t in out["evidence"]["triples"] if t["relation"] == "is_a")
+    assert fact["sources"] == ["Mini FoodOn"] and not fact["snippet_ids"]

@@ -236,6 +236,11 @@ class Retriever:
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
+        unsourced = [t for t in ev.triples if not t.snippet_ids]
+        if unsourced:  # ontology and KB facts hold no passage: they cite the document that asserts them
+            docs = self.g.documents_of_triples(t.id for t in unsourced)
+            for t in unsourced:
+                t.sources = docs.get(t.id, [])[:2]
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
         if planned_paths:
