@@ -243,6 +243,7 @@ class AnswerPipeline:
                         q.question, query_triples=as_tuples(out[i].query_triples), options=q.option_texts(),
                         mentions=u.mentions if u is not None else None,
                         dictionary=u is None or self.cfg.understand.mode == "merge" or not u.mentions,
+                        patient=u.patient if u is not None and u.patient else None,
                         planned_paths=p.paths if p is not None else None,
                         planned_only=p is not None and bool(p.paths) and self.cfg.planner.mode == "instead",
                         asked_relations=self.graph_answerer.intent_relations(q.question))

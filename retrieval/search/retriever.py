@@ -172,7 +172,7 @@ class Retriever:
     # ------------------------------------------------------------------ main
     def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
                  mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
-                 planned_only: bool = False, asked_relations: list[str] | None = None) -> Evidence:
+                 planned_only: bool = False, asked_relations: list[str] | None = None, patient: dict | None = None) -> Evidence:
         """Evidence for ``question``.
 
         ``query_triples``: the CoT model's (head, relation, tail) triples, which drive micro retrieval;
@@ -181,7 +181,10 @@ class Retriever:
         dictionary's (``dictionary=False`` leaves dictionary matching out); ``planned_paths``:
         relation sequences from the path planner, followed beside the mined ones (or instead,
         ``planned_only``); ``asked_relations``: the relations the question asks for (the answering
-        pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``).
+        pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``);
+        ``patient``: the understanding
+        stage's patient block (``{age_group, sex, history}``, e.g. ``{"age_group": "老年", "sex": "女"}``),
+        which filters the case layer's therapy retrieval beside what the rules read in the question.
         """
         if not isinstance(question, str) or not question.strip():
             raise BencaoError("question is empty")
@@ -229,15 +232,21 @@ class Retriever:
                 merge_snippets(hits)
         if cfg.paths.enabled and linked:
             self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
+        case_patient = None
         if cfg.layers.enabled and cfg.layers.therapy:
             merge_snippets(therapy_retrieve(self.g, self.ix, question, beam=cfg.layers.beam, n_snippets=cfg.layers.therapy_snippets))
-            merge_snippets(case_therapy(self.g, self.ix, question).snippets())  # MLKG case layer: disease tree → leaf's cases (patient-filtered)
+            # MLKG case layer: disease tree → leaf's cases, filtered by the patient (the understanding stage's block, else the rules')
+            cases = case_therapy(self.g, self.ix, question, patient=patient or None)
+            merge_snippets(cases.snippets())
+            case_patient = cases.patient if cases.cases else None
         for s in snippets.values():  # fused strategy scores; raw BM25 / cosine values are kept for reading, not summed
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
+        if case_patient:
+            ev.stats["case_patient"] = case_patient  # the patient the case layer filtered by
         if planned_paths:
             ev.stats["planned_paths"] = [list(p) for p in planned_paths]
         ev.trim(cfg.evidence.token_budget, cfg.evidence.max_entities, cfg.evidence.max_triples)
