@@ -8,11 +8,13 @@ layer's therapy retrieval. Each through the one pipeline, its LLM stages behind 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 from llm_loopback import scripted_endpoint, stage_of
+from retrieval_graphs import LEXICAL_ONLY, build_yaoshi_graph
 
 from bencao.retrieval.graph.store import Graph
 from bencao.serving.config import load_serve_config
@@ -25,10 +27,65 @@ CASES = REPO / "data" / "sample" / "cases"
 YIN_XU = ["阴虚火旺", "肺阴虚", "肾阴虚", "胃阴虚", "心阴虚", "肝阴虚", "脾阴虚", "阴虚发热", "阴虚内热", "阴虚阳亢", "阴虚血燥"]
 
 
+@pytest.fixture(scope="module")
+def graph(tmp_path_factory):
+    """The Yaoshi example graph plus a spleen-deficiency syndrome (脾虚证) that 山药 suits, and the 阴虚 family."""
+    from bencao.retrieval.index import update_indexes
+
+    d = tmp_path_factory.mktemp("front") / "g"
+    g = build_yaoshi_graph(d)
+    b = g.builder(source="脾虚.txt", kind="book", format="test-book", content_key="front-end-1", title="脾虚食疗测试")
+    sec = b.section("脾虚证")
+    p = b.snippet(sec, "脾虚证者，食少便溏，神疲乏力。宜食山药、莲子，健脾益气。")
+    pixu = b.entity("脾虚证", "syndrome", description="脾气虚弱，运化失职所致的证候。")
+    shanyao = b.entity("山药", "food", attributes={"nature": "平", "flavour": ["甘"], "effects": ["补脾养胃"]})
+    b.triple(shanyao, "suits", pixu, confidence=0.85, layer="book", origin="test", snippet=p)
+    for name in YIN_XU:
+        b.entity(name, "syndrome")
+    g.commit(b)
+    update_indexes(g, LEXICAL_ONLY)
+    g.close()
+    return d
+
+
+def _label_choice(messages, pick: dict[str, str] | None = None) -> str:
+    """The selector: the candidate whose label is ``pick[mention]`` (else the mention itself), or -1."""
+    user = messages[-1]["content"]
+    mention = re.search(r"(?:提及|Mention)[：:]\s*(.+)", user).group(1).strip()
+    want = (pick or {}).get(mention, mention)
+    labels = re.findall(r"^(\d+)\. ([^（(；\n]+)", user, re.M)
+    idx = next((int(i) for i, label in labels if label.strip() == want), -1)
+    return json.dumps({"choice": idx, "confidence": 0.9 if idx >= 0 else 0.0, "rationale": f"选 {want}" if idx >= 0 else "没有合适的"},
+                      ensure_ascii=False)
+
+
 def _pipeline(tmp_path: Path, graph_dir: Path, ep, **recipe) -> AnswerPipeline:
     cfg = tmp_path / "front.yaml"
     cfg.write_text(yaml.safe_dump({"understand": {"llm": ep.llm()}, "answerer": "none", **recipe}, allow_unicode=True), encoding="utf-8")
     return AnswerPipeline(graph_dir, load_serve_config(cfg))
+
+
+def test_a_mention_not_written_in_the_question_is_linked(graph, tmp_path):
+    """脾胃虚弱 is what the question says, 脾虚证 the term the graph knows: the LLM's mention is linked,
+    marked not verbatim, and the path from it reaches the food that suits it."""
+
+    def route(messages):
+        stage = stage_of(messages)
+        if stage == "understand":
+            return json.dumps({"entities": [{"mention": "脾虚证", "type": "syndrome", "role": "disease"}], "keywords": [],
+                               "patient": {}}, ensure_ascii=False)
+        if stage == "select":
+            return _label_choice(messages)
+        raise AssertionError(stage)
+
+    with scripted_endpoint(route) as ep:
+        p = _pipeline(tmp_path, graph, ep, retrieval={"linking": {"selector": "llm", "llm": ep.llm()}, "index": {"dense_kinds": []}})
+        a = p.run([Query("我脾胃虚弱，吃什么好？", task="rec")], answer=False)[0]
+    assert a.understanding["mentions"] == [{"text": "脾虚证", "type": "syndrome", "role": "disease", "verbatim": False}]
+    linked = {e.name: e for e in a.evidence.entities}
+    assert linked["脾虚证"].via == ["understanding"] and linked["脾虚证"].roles == ["disease"]
+    assert linked["脾虚证"].link["verbatim"] is False and linked["脾虚证"].link["mention_type"] == "syndrome"
+    assert any(x.names[0] == "脾虚证" and x.names[-1] == "山药" for x in a.evidence.paths)
 
 
 @pytest.fixture()

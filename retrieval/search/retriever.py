@@ -45,6 +45,7 @@ class Mention:
     text: str
     type: str | None = None  # e.g. symptom, food, herb, disease (free text from the LLM)
     role: str = "question"  # question | patient | disease
+    verbatim: bool = True  # written so in the question; False: the LLM's name for what the question says (脾虚证 for 脾胃虚弱)
 
 
 class Retriever:
@@ -77,7 +78,7 @@ class Retriever:
                       dictionary: bool = True) -> list[LinkedEntity]:
         ents: dict[str, LinkedEntity] = {}
 
-        def add(link: LinkResult, role: str, via: str, mtype: str | None = None) -> None:
+        def add(link: LinkResult, role: str, via: str, mtype: str | None = None, verbatim: bool = True) -> None:
             if link.abstained or link.chosen_id is None:
                 return
             cur = ents.get(link.chosen_id)
@@ -90,6 +91,8 @@ class Retriever:
             detail = {k: v for k, v in (("selector_rationale", link.selector_rationale), ("scorer_rationale", link.scorer_rationale),
                                         ("synonyms", link.synonyms or None), ("first_pass", link.first_pass), ("retried", link.retried),
                                         ("mention_type", mtype)) if v}
+            if not verbatim:
+                detail["verbatim"] = False  # the understanding stage's name for it, not the question's words
             ents[link.chosen_id] = LinkedEntity(id=link.chosen_id, mention=link.mention, confidence=link.confidence,
                                                 rationale=link.rationale, score=link.confidence, via=[via], roles=[role],
                                                 link=detail or None)
@@ -98,7 +101,7 @@ class Retriever:
         for m in mentions or []:
             if m.text.strip() and len(m.text) <= self.cfg.linking.max_mention_chars:
                 seen.add(m.text.strip())
-                add(self.linker.link(m.text, question), m.role, "understanding", m.type)
+                add(self.linker.link(m.text, question), m.role, "understanding", m.type, m.verbatim)
         if dictionary:
             for m in self.mentions(question):
                 if m not in seen:
