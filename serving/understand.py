@@ -10,6 +10,8 @@ validated with one repair turn). What the pipeline does with the reply:
   says, 脾虚证 for 脾胃虚弱 — is linked like any other (``verbatim: false`` in the understanding and
   in the entity's link detail): the linker's candidates, selector, scorer and ``tau`` decide, and
   an invented name that matches nothing abstains there;
+- keywords each go through their top ``retrieval.question.keyword_candidates`` (10) candidate
+  entities to the linker's selector (Yaoshi-RAG's Textbox 2; ``bencao.retrieval.search.keywords``);
 - the patient block filters the case layer's therapy retrieval (MLKG-RAG's patient index).
 
 Without an LLM the dictionary mentions are all there is.

@@ -65,6 +65,37 @@ def _pipeline(tmp_path: Path, graph_dir: Path, ep, **recipe) -> AnswerPipeline:
     return AnswerPipeline(graph_dir, load_serve_config(cfg))
 
 
+def test_keywords_reach_their_top_ten_candidates_and_the_llm_selector(graph, tmp_path):
+    """"阴虚" is a keyword, not a mention the dictionary finds: its ten best candidates go to the LLM selector,
+    which picks 阴虚质 — the constitution whose symptoms the question describes."""
+
+    def route(messages):
+        stage = stage_of(messages)
+        if stage == "understand":
+            return json.dumps({"entities": [{"mention": "手足心热", "type": "symptom", "role": "disease"}],
+                               "keywords": ["阴虚", "食材", "手足心热"], "patient": {}}, ensure_ascii=False)
+        if stage == "select":
+            return _label_choice(messages, {"阴虚": "阴虚质"})
+        if stage == "synonyms":
+            return '{"synonyms": []}'
+        raise AssertionError(stage)
+
+    with scripted_endpoint(route) as ep:
+        p = _pipeline(tmp_path, graph, ep, retrieval={"linking": {"selector": "llm", "llm": ep.llm()}, "index": {"dense_kinds": []}})
+        a = p.run([Query("我最近手足心热、失眠多梦，请给我推荐一些食材。", task="rec")], answer=False)[0]
+        selects = {re.search(r"提及：(.+)", c[-1]["content"]).group(1): c[-1]["content"] for c in ep.calls_of("实体选择")}
+    assert a.understanding["keywords"] == ["阴虚", "食材", "手足心热"]
+    linked = {e.name: e for e in a.evidence.entities}
+    assert "阴虚质" in linked and linked["阴虚质"].via == ["keyword"] and linked["阴虚质"].mention == "阴虚"
+    assert linked["阴虚质"].link["selector_rationale"] == "选 阴虚质"
+    # the selector saw the keyword's ten best candidates (twelve names hold 阴虚), 阴虚质 among them
+    shown = re.findall(r"^\d+\. ([^（(；\n]+)", selects["阴虚"], re.M)
+    assert len(shown) == 10 and "阴虚质" in shown
+    # a keyword that names nothing is dropped (no candidate: no request); one that repeats a mention is not linked twice
+    assert "食材" not in selects and not any(e.mention == "食材" for e in a.evidence.entities)
+    assert linked["手足心热"].via == ["understanding"] and list(selects).count("手足心热") == 1
+
+
 def test_a_mention_not_written_in_the_question_is_linked(graph, tmp_path):
     """脾胃虚弱 is what the question says, 脾虚证 the term the graph knows: the LLM's mention is linked,
     marked not verbatim, and the path from it reaches the food that suits it."""
@@ -86,6 +117,40 @@ def test_a_mention_not_written_in_the_question_is_linked(graph, tmp_path):
     assert linked["脾虚证"].via == ["understanding"] and linked["脾虚证"].roles == ["disease"]
     assert linked["脾虚证"].link["verbatim"] is False and linked["脾虚证"].link["mention_type"] == "syndrome"
     assert any(x.names[0] == "脾虚证" and x.names[-1] == "山药" for x in a.evidence.paths)
+
+
+def test_keywords_with_the_rules_selector_keep_only_confident_links(graph):
+    """Without the selector LLM a keyword's candidates go to the rules: an exact name links, a mere BM25 hit does not."""
+    from bencao.retrieval.search.retriever import Retriever
+
+    g = Graph.open(graph, read_only=True)
+    try:
+        ents = Retriever(g).link_entities("请给我推荐一些食材。", [], keywords=["百合", "阴虚", "the"], dictionary=False)
+    finally:
+        g.close()
+    assert [(e.name, e.via) for e in ents] == [("百合", ["keyword"])]
+
+
+def test_keyword_candidates_fuse_bm25_and_dense(tmp_path):
+    """With a dense index that reads Chinese, a keyword's candidates come from both searches."""
+    import importlib
+    import sys
+
+    from bencao.retrieval.search.keywords import link_keyword
+    from bencao.retrieval.search.retriever import Retriever
+
+    sys.path.insert(0, str(REPO / "bench"))
+    importlib.import_module("standin")  # the character-n-gram hashing embedder: reads Chinese, offline
+    g = build_yaoshi_graph(tmp_path / "g", index={"kinds": ["entities"], "dense_kinds": ["entities"], "shared_cache": False,
+                                                   "embedder": {"backend": "hashing", "model": "char-ngram-hash-384", "languages": ["*"]}})
+    try:
+        r = Retriever(g)
+        res = link_keyword(r.linker, "阴虚", "手足心热、失眠多梦", k=10)
+    finally:
+        g.close()
+    via = {v for c in res.candidates for v in c["via"]}
+    assert {"bm25", "dense"} <= via and len(res.candidates) <= 10
+    assert res.candidates[0]["label"] == "阴虚质"
 
 
 @pytest.fixture()

@@ -27,11 +27,13 @@ from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.build import Indexes
 from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
+from bencao.retrieval.search.keywords import link_keyword
 from bencao.retrieval.search.layers import case_therapy, cross_layer, therapy_retrieve
 from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
+from bencao.text import norm_key
 
 MAX_QUESTION_CHARS = 4000
 #: Per-index raw scores a snippet carries beside its strategies' fused scores (different scales: never summed).
@@ -75,7 +77,10 @@ class Retriever:
         return self.linker.link(mention, context)
 
     def link_entities(self, question: str, options: list[str], mentions: list[Mention] | None = None,
-                      dictionary: bool = True) -> list[LinkedEntity]:
+                      dictionary: bool = True, keywords: list[str] | None = None) -> list[LinkedEntity]:
+        """Linked entities of the question: the understanding stage's mentions (verbatim or not), the
+        dictionary's, the understanding stage's keywords (Yaoshi-RAG: top candidates → selector), the
+        options', dense matches of the question, then cross-layer links."""
         ents: dict[str, LinkedEntity] = {}
 
         def add(link: LinkResult, role: str, via: str, mtype: str | None = None, verbatim: bool = True) -> None:
@@ -100,12 +105,24 @@ class Retriever:
         seen: set[str] = set()
         for m in mentions or []:
             if m.text.strip() and len(m.text) <= self.cfg.linking.max_mention_chars:
-                seen.add(m.text.strip())
+                seen.add(norm_key(m.text))
                 add(self.linker.link(m.text, question), m.role, "understanding", m.type, m.verbatim)
         if dictionary:
             for m in self.mentions(question):
-                if m not in seen:
+                if norm_key(m) not in seen:
+                    seen.add(norm_key(m))
                     add(self.linker.link(m, question), "question", "linking")
+        q = self.cfg.question
+        stop = {norm_key(w) for w in q.stopwords}
+        n_kw = 0
+        for kw in keywords or []:
+            key = norm_key(kw)
+            if not key or key in seen or key in stop or len(kw) > self.cfg.linking.max_mention_chars or n_kw >= q.max_keywords:
+                continue
+            check_deadline("linking the keywords")
+            seen.add(key)
+            n_kw += 1
+            add(link_keyword(self.linker, kw, question, q.keyword_candidates), "question", "keyword")
         for i, opt in enumerate(options):
             check_deadline("linking the options")
             if not opt.strip():
@@ -113,7 +130,6 @@ class Retriever:
             ms = self.mentions(opt) or ([opt.strip()] if len(opt) <= self.cfg.linking.max_mention_chars else [])
             for m in ms[:3]:
                 add(self.linker.link(m, question), f"option:{i}", "linking")
-        q = self.cfg.question
         if self.ix is not None and q.dense_entities:
             for eid, cos in self.ix.dense_search("entities", question, q.dense_entities):
                 if cos >= q.min_dense and eid not in ents:
@@ -175,7 +191,8 @@ class Retriever:
     # ------------------------------------------------------------------ main
     def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
                  mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
-                 planned_only: bool = False, asked_relations: list[str] | None = None, patient: dict | None = None) -> Evidence:
+                 planned_only: bool = False, asked_relations: list[str] | None = None, keywords: list[str] | None = None,
+                 patient: dict | None = None) -> Evidence:
         """Evidence for ``question``.
 
         ``query_triples``: the CoT model's (head, relation, tail) triples, which drive micro retrieval;
@@ -185,7 +202,8 @@ class Retriever:
         relation sequences from the path planner, followed beside the mined ones (or instead,
         ``planned_only``); ``asked_relations``: the relations the question asks for (the answering
         pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``);
-        ``patient``: the understanding
+        ``keywords``: the understanding stage's keywords, each linked through its top
+        ``question.keyword_candidates`` candidates and the selector; ``patient``: the understanding
         stage's patient block (``{age_group, sex, history}``, e.g. ``{"age_group": "老年", "sex": "女"}``),
         which filters the case layer's therapy retrieval beside what the rules read in the question.
         """
@@ -197,7 +215,7 @@ class Retriever:
         options = [str(o) for o in (options or [])]
         cfg = self.cfg
         ev = Evidence(question=question)
-        ev.entities = self.link_entities(question, options, mentions, dictionary)
+        ev.entities = self.link_entities(question, options, mentions, dictionary, keywords)
         linked = [e.id for e in ev.entities]
         snippets: dict[str, SnippetHit] = {}
         triples: dict[str, TripleHit] = {}
