@@ -169,6 +169,8 @@ class SnippetHit:
         for k, v in other.scores.items():
             self.scores[k] = max(self.scores.get(k, 0.0), v)
         self.via = list(dict.fromkeys(self.via + other.via))
+        if self.case is None and other.case:  # a case record found by micro/macro first keeps what therapy retrieval says of it
+            self.case = other.case
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
