@@ -89,6 +89,7 @@ class Retriever:
                 return
             detail = {k: v for k, v in (("selector_rationale", link.selector_rationale), ("scorer_rationale", link.scorer_rationale),
                                         ("synonyms", link.synonyms or None), ("first_pass", link.first_pass), ("retried", link.retried),
+                                        ("alternatives", link.alternatives or None),
                                         ("mention_type", mtype)) if v}
             ents[link.chosen_id] = LinkedEntity(id=link.chosen_id, mention=link.mention, confidence=link.confidence,
                                                 rationale=link.rationale, score=link.confidence, via=[via], roles=[role],
