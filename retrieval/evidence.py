@@ -92,6 +92,7 @@ class TripleHit:
     via: list[str] = field(default_factory=list)  # micro | asked | anchored | path | personal
     snippet_ids: list[str] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)
+    sources: list[str] = field(default_factory=list)  # titles of the documents asserting it, for a fact no passage holds
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, score: float = 0.0, via: list[str] | None = None) -> "TripleHit":
@@ -168,6 +169,8 @@ class SnippetHit:
         for k, v in other.scores.items():
             self.scores[k] = max(self.scores.get(k, 0.0), v)
         self.via = list(dict.fromkeys(self.via + other.via))
+        if self.case is None and other.case:  # a case record found by micro/macro first keeps what therapy retrieval says of it
+            self.case = other.case
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)

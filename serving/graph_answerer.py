@@ -83,6 +83,10 @@ class AnswererConfig:
     tf_true: float = field(0.6, help="True/false: support at or above this is True.")
     tf_false: float = field(0.3, help="True/false: support below this (with evidence present) is False; between → abstain.")
     select_ratio: float = field(0.5, help="Ranking: candidates scoring ≥ ratio × best are 'selected'.")
+    answer_support: float = field(0.34, help="Free-form answer: below this sentence support (share of the question's content words in the "
+                                             "best quoted sentence), weak evidence is not passed off as an answer — the answer is "
+                                             "'not in the knowledge base' when the question relates entities the evidence does not "
+                                             "relate, or asks for a relation none of its entities has a fact of.")
     max_sentences: int = field(3, help="Sentences quoted in a free-form answer (and facts listed when the question names no relation).")
     max_intent_facts: int = field(6, help="Free-form answer: most facts of the relation(s) the question asks for.")
     intents: dict[str, list[str]] = field(default_factory=lambda: dict(DEFAULT_INTENTS),
@@ -126,9 +130,12 @@ class GraphAnswerer:
 
     @staticmethod
     def _cite(t: TripleHit, refs: dict[str, int]) -> str:
-        """`` [n]``: the evidence passage the fact was read from, when it is among the references."""
+        """`` [n]``: the evidence passage the fact was read from, when it is among the references; else, for a
+        fact no passage holds (an ontology's, a KB's), `` [title]`` of the document that asserts it."""
         n = next((refs[sid] for sid in (t.snippet_ids or []) if sid in refs), None)
-        return f" [{n}]" if n is not None else ""
+        if n is not None:
+            return f" [{n}]"
+        return f" [{t.sources[0]}]" if t.sources else ""
 
     def path_text(self, p: PathHit, lang: str) -> str:
         labels = self.cfg.relation_labels.get(lang, {})
@@ -278,8 +285,10 @@ class GraphAnswerer:
                     scored.append((cover + 0.01 * s.score, f"{sent} [{refs[s.id]}]"))
         support = max([c for c, _ in scored], default=0.0)
         path_lines = [self.path_text(p, lang) for p in ev.paths[:2] if p.connects]
-        if ev.is_empty() or (support < max(self.cfg.min_support, 0.34) and not path_lines and not ev.entities):
-            return {"answer": w["not_in_kb"], "abstained": True, "support": round(support, 4)}
+        weak = support < max(self.cfg.min_support, self.cfg.answer_support) and not path_lines
+        why = "no evidence" if ev.is_empty() else "nothing linked" if weak and not ev.entities else self.unrelated(question, ev, quoted=bool(scored)) if weak else None
+        if why:
+            return {"answer": w["not_in_kb"], "abstained": True, "support": round(support, 4), "reason": why}
         parts: list[str] = []
         if asked or ev.entities:
             e = (asked or ev.entities)[0]
@@ -293,8 +302,34 @@ class GraphAnswerer:
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
-            parts = [self.fact(t, lang) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
+            parts = [self.fact(t, lang) + self._cite(t, refs) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
         return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4)}
+
+    def unrelated(self, question: str, ev: Evidence, quoted: bool = False) -> str | None:
+        """Why the evidence does not answer what was asked, or None: the question relates two or more entities
+        ('Does durian lower blood pressure?') and nothing in the evidence relates them (no triple between
+        them, no passage naming two of them) while they lack facts of the relation asked; or it asks for a
+        relation ('What does honey treat?') that none of its entities has a fact of and no passage about them
+        shares a word with the question (``quoted``: some sentence does)."""
+        qents = {e.id: e for e in ev.entities if "question" in e.roles}
+        asked = set(self.intent_relations(question))
+        with_asked = {i for i in qents for t in ev.triples if t.relation in asked and i in (t.head_id, t.tail_id)}
+        if asked and not with_asked and not quoted:
+            return "no fact of the relation asked"
+        mentions = {i: [norm_key(x) for x in (e.mention, e.name) if x] for i, e in qents.items()}
+        keys = sorted((m for ms in mentions.values() for m in ms), key=len)
+        # one phrase linked twice (大枣 inside 大枣汤) is one entity of the question, not two
+        distinct = [i for i, ms in mentions.items() if not all(any(m != k and m in k for k in keys) for m in ms)]
+        if len(distinct) < 2 or (asked and with_asked >= set(distinct)):
+            return None
+        ids = set(distinct)
+        if any(t.head_id in ids and t.tail_id in ids for t in ev.triples):
+            return None
+        for s in ev.snippets:
+            text = norm_key(s.text)
+            if sum(any(m and m in text for m in mentions[i]) for i in distinct) >= 2:
+                return None
+        return "nothing in the evidence relates the entities asked about"
 
     def intent_relations(self, question: str) -> list[str]:
         """The relations the question asks for, from the ``intents`` keyword table (in table order)."""

@@ -5,8 +5,9 @@ Every front end — ``bencao ask``, ``bencao serve``, ``bencao infer``, ``bencao
 the same serving config, so what is evaluated is what is served. Stages, each optional, each its
 own ``bencao.llm`` client from config (no LLM → the stage's rule):
 
-1. ``understand`` (LLM): typed mentions, keywords, patient information → linked beside or instead
-   of the dictionary mentions;
+1. ``understand`` (LLM): typed mentions (verbatim or the LLM's own term) → linked beside or instead
+   of the dictionary mentions; keywords → their top candidate entities → the linker's selector;
+   patient information → the case layer's patient filter;
 2. ``cot`` (the fine-tuned CoT model): query triples in the SFT ``triples`` form → micro retrieval;
 3. ``planner`` (LLM): relation sequences from the graph's relation list → reasoning paths;
 4. retrieval (:class:`bencao.retrieval.search.Retriever`, which also runs the linker's selector /
@@ -243,6 +244,8 @@ class AnswerPipeline:
                         q.question, query_triples=as_tuples(out[i].query_triples), options=q.option_texts(),
                         mentions=u.mentions if u is not None else None,
                         dictionary=u is None or self.cfg.understand.mode == "merge" or not u.mentions,
+                        keywords=u.keywords if u is not None else None,
+                        patient=u.patient if u is not None and u.patient else None,
                         planned_paths=p.paths if p is not None else None,
                         planned_only=p is not None and bool(p.paths) and self.cfg.planner.mode == "instead",
                         asked_relations=self.graph_answerer.intent_relations(q.question))

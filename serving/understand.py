@@ -3,8 +3,18 @@
 Yaoshi-RAG extracts keywords before linking (its Textbox 1), MLKG-RAG splits a consultation into
 patient information (age group, sex, history) and disease information, iDISK2.0-RAG extracts
 typed entities. One structured call does all three (``bencao/prompts/understand.*.jinja``, JSON
-validated with one repair turn); its mentions are linked by the retriever beside (``mode: merge``)
-or instead of (``replace``) the dictionary's. Without an LLM the dictionary mentions are all there is.
+validated with one repair turn). What the pipeline does with the reply:
+
+- mentions are linked by the retriever beside (``mode: merge``) or instead of (``replace``) the
+  dictionary's. A mention the question does not spell out verbatim — the LLM's term for what it
+  says, 脾虚证 for 脾胃虚弱 — is linked like any other (``verbatim: false`` in the understanding and
+  in the entity's link detail): the linker's candidates, selector, scorer and ``tau`` decide, and
+  an invented name that matches nothing abstains there;
+- keywords each go through their top ``retrieval.question.keyword_candidates`` (10) candidate
+  entities to the linker's selector (Yaoshi-RAG's Textbox 2; ``bencao.retrieval.search.keywords``);
+- the patient block filters the case layer's therapy retrieval (MLKG-RAG's patient index).
+
+Without an LLM the dictionary mentions are all there is.
 """
 
 from __future__ import annotations
@@ -13,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bencao.retrieval.search.retriever import Mention
+from bencao.text import norm_key
 
 SCHEMA: dict[str, Any] = {
     "type": "object", "required": ["entities"],
@@ -39,7 +50,8 @@ class Understanding:
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"mentions": [{"text": m.text, "type": m.type, "role": m.role} for m in self.mentions], "keywords": self.keywords,
+        return {"mentions": [{"text": m.text, "type": m.type, "role": m.role, **({} if m.verbatim else {"verbatim": False})}
+                             for m in self.mentions], "keywords": self.keywords,
                 "patient": self.patient, **({"error": self.error} if self.error else {})}
 
 
@@ -48,12 +60,13 @@ def _from_reply(obj: dict[str, Any], question: str, limit: int) -> Understanding
     seen: set[str] = set()
     for e in obj.get("entities") or []:
         text = str(e.get("mention") or "").strip()
-        # a mention must be in the question: the stage extracts, it does not add
-        if not text or text in seen or text not in question:
+        if not text or text in seen:
             continue
         seen.add(text)
         role = e.get("role") if e.get("role") in ROLES else "question"
-        out.mentions.append(Mention(text=text, type=(str(e["type"]).strip() or None) if e.get("type") else None, role=role))
+        # not written so in the question (脾虚证 for 脾胃虚弱): kept and linked like any other, marked
+        out.mentions.append(Mention(text=text, type=(str(e["type"]).strip() or None) if e.get("type") else None, role=role,
+                                    verbatim=norm_key(text) in norm_key(question)))
     out.mentions = out.mentions[:limit]
     out.keywords = [str(k).strip() for k in obj.get("keywords") or [] if str(k).strip()]
     pat = obj.get("patient") or {}

@@ -47,7 +47,7 @@ def _yaoshi_route(messages):
     if stage == "understand":
         return json.dumps({"entities": [{"mention": "手足心热", "type": "symptom", "role": "disease"},
                                         {"mention": "失眠多梦", "type": "symptom", "role": "disease"},
-                                        {"mention": "外星人", "type": "other", "role": "question"}],  # not in the question: dropped
+                                        {"mention": "外星人", "type": "other", "role": "question"}],  # not in the question: linked, abstains
                            "keywords": ["手足心热", "失眠多梦", "食材"], "patient": {"age_group": "", "sex": "", "history": []}},
                           ensure_ascii=False)
     if stage == "select":
@@ -57,6 +57,8 @@ def _yaoshi_route(messages):
         return json.dumps({"choice": idx, "confidence": 0.9, "rationale": "名称一致" if idx >= 0 else "没有合适的"}, ensure_ascii=False)
     if stage == "score":
         return '{"confidence": 0.95, "rationale": "同一症状"}'
+    if stage == "synonyms":
+        return '{"synonyms": []}'
     if stage == "plan":
         return json.dumps({"paths": [["~has_symptom", "~suits"], ["treated_by_magic"]], "rationale": "症状→体质→宜食之物"})
     if stage == "generate_rec":
@@ -74,9 +76,11 @@ def test_yaoshi_case_with_every_llm_stage(yaoshi, tmp_path, capsys):
         cfg.write_text(yaml.safe_dump(recipe, allow_unicode=True), encoding="utf-8")
         out = json.loads(_cli(capsys, "ask", "--graph", str(yaoshi), "--config", str(cfg), "--task", "rec", "--json", YAOSHI_Q))
         gen_prompt = ep.calls_of("食疗与营养推荐")[0][-1]["content"]
-    # understanding: typed mentions from the question, the invented one dropped
-    assert [m["text"] for m in out["understanding"]["mentions"]] == ["手足心热", "失眠多梦"]
+    # understanding: typed mentions; the one the question does not say is kept, marked, and links to nothing
+    assert [m["text"] for m in out["understanding"]["mentions"]] == ["手足心热", "失眠多梦", "外星人"]
+    assert [m.get("verbatim", True) for m in out["understanding"]["mentions"]] == [True, True, False]
     linked = {e["name"]: e for e in out["evidence"]["entities"]}
+    assert not any(e["mention"] == "外星人" for e in out["evidence"]["entities"])
     assert {"手足心热", "失眠多梦"} <= set(linked)
     assert linked["手足心热"]["via"] == ["understanding"] and linked["手足心热"]["roles"] == ["disease"]
     assert linked["手足心热"]["link"]["scorer_rationale"] == "同一症状" and linked["手足心热"]["confidence"] == 0.95

@@ -773,6 +773,21 @@ class Graph:
         return [_row(r, json_cols=("attributes",)) for r in self.conn.execute(
             "SELECT * FROM triple_sources WHERE triple_id=? ORDER BY rowid", (triple_id,))]
 
+    def documents_of_triples(self, ids: Iterable[str]) -> dict[str, list[str]]:
+        """Per triple id, the titles (else sources) of the documents that assert it, in the order they were added:
+        the citation of a fact no passage holds (an ontology's is_a, a KB's relation)."""
+        out: dict[str, list[str]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = ",".join("?" * len(chunk))
+            rows = self.conn.execute(
+                f"SELECT ts.triple_id, COALESCE(NULLIF(d.title, ''), d.source) FROM triple_sources ts JOIN documents d ON d.id = ts.document_id "
+                f"WHERE ts.triple_id IN ({q}) ORDER BY d.rowid", chunk)
+            for tid, title in rows:
+                names = out.setdefault(tid, [])
+                if title not in names:
+                    names.append(title)
+        return out
+
     def snippets_of_triple(self, triple_id: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
             _SNIPPET_SELECT + " JOIN triple_sources ts ON ts.snippet_id = p.id WHERE ts.triple_id=? ORDER BY p.rowid", (triple_id,)).fetchall()

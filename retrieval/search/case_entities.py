@@ -308,3 +308,34 @@ def get_understander(name: str = "rules", **kwargs: Any) -> Understander:
 def split_case_entities(text: str, graph: Any = None, lexicon: str | Path | None = None) -> CaseInfo:
     """Patient vs disease information of ``text`` with the LLM-free rules (see the module docstring)."""
     return RuleUnderstander(graph, lexicon).understand(text)
+
+
+def patient_info(block: dict[str, Any] | None, lexicon: Lexicon | None = None) -> PatientInfo:
+    """A patient block from elsewhere (the question-understanding LLM's ``{"age_group": "老年", "sex": "女",
+    "history": ["糖尿病"]}``) as a :class:`PatientInfo` in the lexicon's canonical keys.
+
+    Age groups and sexes are read through the lexicon's words (老年 → elderly, 女 → female; an age
+    ``"68岁"`` or ``68`` → its band); a value the lexicon does not know is left out rather than refused
+    (an LLM's free text must not stop retrieval). History items that only deny (无, 否认) are dropped.
+    """
+    lex = lexicon or load_lexicon()
+    block = block or {}
+    info = PatientInfo()
+    raw_age = block.get("age")
+    if isinstance(raw_age, (int, float)) and not isinstance(raw_age, bool):
+        info.age = int(raw_age)
+    group = str(block.get("age_group") or "").strip()
+    if group:
+        m = re.fullmatch(r"(\d{1,3})\s*(?:岁|周岁|years? old)?", group)
+        if m and info.age is None:
+            info.age = int(m.group(1))
+        else:
+            info.age_group = lex.age_group_key(group)
+    if info.age_group is None and info.age is not None:
+        info.age_group = lex.age_group_of(info.age)
+    info.sex = lex.sex_key(str(block.get("sex") or "").strip()) if block.get("sex") else None
+    hist = block.get("history") or []
+    negations = {norm_key(w) for w in lex.history_negations}
+    info.history = [str(h).strip() for h in ([hist] if isinstance(hist, str) else hist)
+                    if norm_key(str(h)) and norm_key(str(h)) not in negations]
+    return info

@@ -17,6 +17,10 @@ class QuestionConfig:
     min_cjk_chars: int = field(2, help="Shortest Chinese mention matched in a question (single characters are too ambiguous).")
     dense_entities: int = field(3, help="Extra entities from dense search over the question (readable languages only).")
     min_dense: float = field(0.6, help="Cosine needed for such a dense-only entity.")
+    keyword_candidates: int = field(10, help="Yaoshi-RAG's keyword linking: candidate entities per keyword of the question-understanding "
+                                             "stage (BM25 + dense fused, alias-table matches first) shown to the linker's selector "
+                                             "(the LLM with linking.selector: llm).")
+    max_keywords: int = field(8, help="Most keywords of the question-understanding stage linked per question.")
     stopwords: list[str] = field(default_factory=lambda: ["a", "an", "the", "of", "and", "or", "is", "are", "be", "to", "in", "on", "for", "with",
                                                           "what", "which", "who", "how", "does", "do", "can", "it", "as", "by", "at", "not",
                                                           "no", "yes", "true", "false", "food", "type", "use", "used"],

@@ -219,10 +219,15 @@ def case_therapy(g: Graph, ix: Any, question: str, cfg: Any = None, *, patient: 
     similarity (level 1, then level 2) → the leaf's cases, filtered by the patient index (the
     question's patient information, or ``patient``), each with the terminology that explains it.
 
+    ``patient`` is a :class:`~bencao.retrieval.search.case_entities.PatientInfo` or a mapping such as
+    the question-understanding stage's patient block (``{"age_group": "老年", "sex": "女", "history":
+    [...]}``, words the case lexicon knows; an unknown age group or sex is left out); what it gives
+    overrides what the rules read in the question.
+
     ``cfg`` is a :class:`bencao.retrieval.search.cases.CasesConfig`; ``understander`` any object with
     ``understand(text) -> CaseInfo`` (default: the configured one, LLM-free rules).
     """
-    from bencao.retrieval.search.case_entities import PatientInfo, get_understander, load_lexicon
+    from bencao.retrieval.search.case_entities import PatientInfo, get_understander, load_lexicon, patient_info
     from bencao.retrieval.search.cases import CasesConfig, PatientIndex, Similarity, classified_cases, descend, disease_tree
 
     cfg = cfg or CasesConfig()
@@ -239,7 +244,7 @@ def case_therapy(g: Graph, ix: Any, question: str, cfg: Any = None, *, patient: 
     lex = load_lexicon(cfg.lexicon)
     und = understander or get_understander(cfg.understander, graph=g, lexicon=lex)
     info = und.understand(question)
-    asked = patient if patient is not None else PatientInfo()
+    asked = patient_info(patient, lex) if isinstance(patient, dict) else patient if patient is not None else PatientInfo()
     pinfo = PatientInfo(asked.age_group or info.patient.age_group, asked.sex or info.patient.sex, asked.age or info.patient.age,
                         list(asked.history or info.patient.history))
     res.patient = {k: v for k, v in pinfo.__dict__.items() if v not in (None, [])}

@@ -27,11 +27,13 @@ from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.build import Indexes
 from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
+from bencao.retrieval.search.keywords import link_keyword
 from bencao.retrieval.search.layers import case_therapy, cross_layer, therapy_retrieve
 from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
+from bencao.text import norm_key
 
 MAX_QUESTION_CHARS = 4000
 #: Per-index raw scores a snippet carries beside its strategies' fused scores (different scales: never summed).
@@ -45,6 +47,7 @@ class Mention:
     text: str
     type: str | None = None  # e.g. symptom, food, herb, disease (free text from the LLM)
     role: str = "question"  # question | patient | disease
+    verbatim: bool = True  # written so in the question; False: the LLM's name for what the question says (脾虚证 for 脾胃虚弱)
 
 
 class Retriever:
@@ -74,10 +77,13 @@ class Retriever:
         return self.linker.link(mention, context)
 
     def link_entities(self, question: str, options: list[str], mentions: list[Mention] | None = None,
-                      dictionary: bool = True) -> list[LinkedEntity]:
+                      dictionary: bool = True, keywords: list[str] | None = None) -> list[LinkedEntity]:
+        """Linked entities of the question: the understanding stage's mentions (verbatim or not), the
+        dictionary's, the understanding stage's keywords (Yaoshi-RAG: top candidates → selector), the
+        options', dense matches of the question, then cross-layer links."""
         ents: dict[str, LinkedEntity] = {}
 
-        def add(link: LinkResult, role: str, via: str, mtype: str | None = None) -> None:
+        def add(link: LinkResult, role: str, via: str, mtype: str | None = None, verbatim: bool = True) -> None:
             if link.abstained or link.chosen_id is None:
                 return
             cur = ents.get(link.chosen_id)
@@ -91,6 +97,8 @@ class Retriever:
                                         ("synonyms", link.synonyms or None), ("first_pass", link.first_pass), ("retried", link.retried),
                                         ("alternatives", link.alternatives or None),
                                         ("mention_type", mtype)) if v}
+            if not verbatim:
+                detail["verbatim"] = False  # the understanding stage's name for it, not the question's words
             ents[link.chosen_id] = LinkedEntity(id=link.chosen_id, mention=link.mention, confidence=link.confidence,
                                                 rationale=link.rationale, score=link.confidence, via=[via], roles=[role],
                                                 link=detail or None)
@@ -98,12 +106,24 @@ class Retriever:
         seen: set[str] = set()
         for m in mentions or []:
             if m.text.strip() and len(m.text) <= self.cfg.linking.max_mention_chars:
-                seen.add(m.text.strip())
-                add(self.linker.link(m.text, question), m.role, "understanding", m.type)
+                seen.add(norm_key(m.text))
+                add(self.linker.link(m.text, question), m.role, "understanding", m.type, m.verbatim)
         if dictionary:
             for m in self.mentions(question):
-                if m not in seen:
+                if norm_key(m) not in seen:
+                    seen.add(norm_key(m))
                     add(self.linker.link(m, question), "question", "linking")
+        q = self.cfg.question
+        stop = {norm_key(w) for w in q.stopwords}
+        n_kw = 0
+        for kw in keywords or []:
+            key = norm_key(kw)
+            if not key or key in seen or key in stop or len(kw) > self.cfg.linking.max_mention_chars or n_kw >= q.max_keywords:
+                continue
+            check_deadline("linking the keywords")
+            seen.add(key)
+            n_kw += 1
+            add(link_keyword(self.linker, kw, question, q.keyword_candidates), "question", "keyword")
         for i, opt in enumerate(options):
             check_deadline("linking the options")
             if not opt.strip():
@@ -111,7 +131,6 @@ class Retriever:
             ms = self.mentions(opt) or ([opt.strip()] if len(opt) <= self.cfg.linking.max_mention_chars else [])
             for m in ms[:3]:
                 add(self.linker.link(m, question), f"option:{i}", "linking")
-        q = self.cfg.question
         if self.ix is not None and q.dense_entities:
             for eid, cos in self.ix.dense_search("entities", question, q.dense_entities):
                 if cos >= q.min_dense and eid not in ents:
@@ -173,7 +192,8 @@ class Retriever:
     # ------------------------------------------------------------------ main
     def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
                  mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
-                 planned_only: bool = False, asked_relations: list[str] | None = None) -> Evidence:
+                 planned_only: bool = False, asked_relations: list[str] | None = None, keywords: list[str] | None = None,
+                 patient: dict | None = None) -> Evidence:
         """Evidence for ``question``.
 
         ``query_triples``: the CoT model's (head, relation, tail) triples, which drive micro retrieval;
@@ -182,7 +202,11 @@ class Retriever:
         dictionary's (``dictionary=False`` leaves dictionary matching out); ``planned_paths``:
         relation sequences from the path planner, followed beside the mined ones (or instead,
         ``planned_only``); ``asked_relations``: the relations the question asks for (the answering
-        pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``).
+        pipeline's intents), whose triples of the linked entities join first (``micro.asked_triples``);
+        ``keywords``: the understanding stage's keywords, each linked through its top
+        ``question.keyword_candidates`` candidates and the selector; ``patient``: the understanding
+        stage's patient block (``{age_group, sex, history}``, e.g. ``{"age_group": "老年", "sex": "女"}``),
+        which filters the case layer's therapy retrieval beside what the rules read in the question.
         """
         if not isinstance(question, str) or not question.strip():
             raise BencaoError("question is empty")
@@ -192,7 +216,7 @@ class Retriever:
         options = [str(o) for o in (options or [])]
         cfg = self.cfg
         ev = Evidence(question=question)
-        ev.entities = self.link_entities(question, options, mentions, dictionary)
+        ev.entities = self.link_entities(question, options, mentions, dictionary, keywords)
         linked = [e.id for e in ev.entities]
         snippets: dict[str, SnippetHit] = {}
         triples: dict[str, TripleHit] = {}
@@ -230,15 +254,26 @@ class Retriever:
                 merge_snippets(hits)
         if cfg.paths.enabled and linked:
             self._paths(ev, [e.id for e in ev.entities if "path" not in e.roles], triples, planned_paths, planned_only)
+        case_patient = None
         if cfg.layers.enabled and cfg.layers.therapy:
             merge_snippets(therapy_retrieve(self.g, self.ix, question, beam=cfg.layers.beam, n_snippets=cfg.layers.therapy_snippets))
-            merge_snippets(case_therapy(self.g, self.ix, question).snippets())  # MLKG case layer: disease tree → leaf's cases (patient-filtered)
+            # MLKG case layer: disease tree → leaf's cases, filtered by the patient (the understanding stage's block, else the rules')
+            cases = case_therapy(self.g, self.ix, question, patient=patient or None)
+            merge_snippets(cases.snippets())
+            case_patient = cases.patient if cases.cases else None
         for s in snippets.values():  # fused strategy scores; raw BM25 / cosine values are kept for reading, not summed
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
+        unsourced = [t for t in ev.triples if not t.snippet_ids]
+        if unsourced:  # ontology and KB facts hold no passage: they cite the document that asserts them
+            docs = self.g.documents_of_triples(t.id for t in unsourced)
+            for t in unsourced:
+                t.sources = docs.get(t.id, [])[:2]
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
+        if case_patient:
+            ev.stats["case_patient"] = case_patient  # the patient the case layer filtered by
         if planned_paths:
             ev.stats["planned_paths"] = [list(p) for p in planned_paths]
         ev.trim(cfg.evidence.token_budget, cfg.evidence.max_entities, cfg.evidence.max_triples)
