@@ -170,19 +170,37 @@ def integrate_cmd(
     dry_run: bool = cliopts.dry_run(),
     undo: bool = typer.Option(False, "--undo", help="Undo the graph's integration (restores every merged entity whose sources remain)."),
     as_json: bool = typer.Option(False, "--json", help="Print the full JSON report (every group, with the reason it was merged)."),
+    show_quarantined: bool = typer.Option(False, "--quarantined", help="List the entities the graph's integration quarantined "
+                                                                        "(noise-only names) with their aliases and triples; changes nothing."),
 ) -> None:
-    """Merge entities across sources (iDISK 2.0): shared CUI/xref ids, or the same normalised name within a type.
+    """Merge entities across sources (iDISK 2.0): shared CUI/xref ids (a CUI matches in any spelling),
+    same-as statements (exact_match, same_as, ...), whatever the types; or the same normalised name within a type.
 
-    Every source id stays an alias of the merged entity and every row keeps its source document, so
-    `graph remove` of a source still removes exactly what only it supported. Running it again
-    re-integrates from scratch; the merge is journalled in a derived document (`--undo` reverts it).
+    Entities whose every name is noise ('8', '%', 'X') are quarantined: out of the graph, journalled,
+    listed by `--quarantined`. Every source id stays an alias of the merged entity and every row keeps
+    its source document, so `graph remove` of a source still removes exactly what only it supported.
+    Running it again re-integrates from scratch; the merge is journalled in a derived document
+    (`--undo` reverts it, quarantine included).
     """
     from bencao.config import load_config
-    from bencao.retrieval.graph.integrate import IntegrateConfig, integrate, integration_document, summary, undo_integration
+    from bencao.retrieval.graph.integrate import IntegrateConfig, integrate, integration_document, quarantined, summary, undo_integration
     from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.index import refresh_indexes
 
+    if show_quarantined:
+        with Graph.open(graph) as g:
+            q = quarantined(g)
+        if as_json:
+            typer.echo(json.dumps(q, ensure_ascii=False, indent=2))
+        elif q["document"] is None:
+            typer.echo("not integrated: nothing quarantined")
+        else:
+            typer.echo(f"{len(q['entities'])} entities quarantined by integration {q['document']} (`--undo` restores them)")
+            for e in q["entities"]:
+                typer.echo(f"  {e['name']!r} [{e['id']}, {e['type']}]: {e['triples']} triples"
+                           + "".join(f"\n    {h} —{r}→ {t}" for h, r, t in e.get("triple_rows", [])[:5]))
+        return
     cfg = load_config(IntegrateConfig, config, list(set_ or []) + (["dry_run=true"] if dry_run else []))
     with writer_lock(graph), Graph.open(graph) as g:
         if undo and dry_run:

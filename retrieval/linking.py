@@ -18,7 +18,8 @@ Pipeline (FoodOntoRAG / iDISK / Yaoshi, without an LLM by default):
    shown each candidate's label, synonyms, definition and parents; it may answer -1, "none fits");
 4. a confidence and threshold ``tau``: the rules' tier confidence, or FoodOntoRAG's separate
    scorer (``linking.scorer.llm``: a second call that rates the chosen concept in [0, 1] with a
-   rationale). Below ``tau`` one retry, one hop: a failure-aware synonym request
+   rationale; below ``tau`` it proposes up to 3 alternatives with explanations, carried as
+   ``LinkResult.alternatives``). Below ``tau`` one retry, one hop: a failure-aware synonym request
    (``linking.synonyms.llm``: up to ``linking.synonyms.max`` synonyms, the scorer's or selector's
    reason for rejecting the first pass in the prompt) whose synonyms re-run BM25 **and** dense
    search, the pooled candidates selected and scored again against the *original* mention; with
@@ -115,6 +116,10 @@ class LinkResult:
     scorer_rationale: str | None = None
     synonyms: list[str] = dc_field(default_factory=list)  # proposed by the synonym stage (LLM) or rule variants tried
     via_synonym: bool = False  # the final link came from the retry (LLM synonyms or rule variants), not the first pass
+    # FoodOntoRAG's scorer on failure (its confidence below tau): up to 3 other concepts, each
+    # {id (null for a name not among the candidates), label, explanation}; from the final choice's
+    # scoring, else from the first pass's
+    alternatives: list[dict[str, Any]] = dc_field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -399,6 +404,7 @@ class EntityLinker:
         first = self._brief(choice)
         sel_why = choice.get("selector_rationale") if choice else None
         sco_why = choice.get("scorer_rationale") if choice else None
+        first_alts = list(choice.get("alternatives") or []) if choice else []
         retried, tried = False, []
         if (choice is None or choice["confidence"] < self.cfg.tau) and self.cfg.retry:
             retried = True
@@ -410,7 +416,9 @@ class EntityLinker:
                 sel_why = choice.get("selector_rationale", sel_why)
                 sco_why = choice.get("scorer_rationale", sco_why)
         report = [self._report(c) for c in cands[: self.cfg.max_candidates]]
-        extra = {"first_pass": first, "selector_rationale": sel_why, "scorer_rationale": sco_why, "synonyms": tried}
+        alts = list(choice.get("alternatives") or []) if choice else []
+        extra = {"first_pass": first, "selector_rationale": sel_why, "scorer_rationale": sco_why, "synonyms": tried,
+                 "alternatives": alts or first_alts}
         if choice is None or choice["confidence"] < self.cfg.tau:
             why = choice["rationale"] + f"; confidence {choice['confidence']:.2f} < tau {self.cfg.tau}" if choice else "no candidate"
             return LinkResult(mention, None, None, round(choice["confidence"], 4) if choice else 0.0, f"abstained: {why}", report, retried,
@@ -431,7 +439,7 @@ class EntityLinker:
             return None
         choice.setdefault("selector_rationale", choice["rationale"])
         if self.llms.scorer is not None and choice.get("abstain") is not True:
-            choice = score_llm(self, mention, context, choice)
+            choice = score_llm(self, mention, context, choice, cands)
         return choice
 
     def _variant_retry(self, mention: str, context: str | None, cands: list[dict[str, Any]],
@@ -752,7 +760,13 @@ _SELECT_SCHEMA = {"type": "object", "required": ["choice"], "properties": {
     "choice": {"type": "integer", "minimum": -1}, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
     "rationale": {"type": "string"}}}
 _SCORE_SCHEMA = {"type": "object", "required": ["confidence"], "properties": {
-    "confidence": {"type": "number", "minimum": 0, "maximum": 1}, "rationale": {"type": "string"}}}
+    "confidence": {"type": "number", "minimum": 0, "maximum": 1}, "rationale": {"type": "string"},
+    "alternatives": {"type": "array", "items": {"type": "object", "properties": {
+        "choice": {"type": "integer"}, "name": {"type": "string"}, "explanation": {"type": "string"}}}}}}
+#: FoodOntoRAG's scorer proposes at most this many alternatives when it rejects a choice.
+MAX_ALTERNATIVES = 3
+#: Other candidates shown to the scorer, from which it may draw its alternatives.
+SCORER_OTHERS = 5
 _SYNONYMS_SCHEMA = {"type": "object", "required": ["synonyms"], "properties": {
     "synonyms": {"type": "array", "items": {"type": "string"}}}}
 
@@ -777,16 +791,47 @@ def select_llm(linker: EntityLinker, mention: str, cands: list[dict[str, Any]], 
     return {"id": shown[idx]["id"], "confidence": max(0.0, min(1.0, conf)), "rationale": f"LLM selector: {why}", "selector_rationale": why}
 
 
-def score_llm(linker: EntityLinker, mention: str, context: str | None, choice: dict[str, Any]) -> dict[str, Any]:
-    """FoodOntoRAG's scorer: a separate call rating how well the chosen concept fits the mention."""
+def score_llm(linker: EntityLinker, mention: str, context: str | None, choice: dict[str, Any],
+              cands: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """FoodOntoRAG's scorer: a separate call rating how well the chosen concept fits the mention.
+
+    The scorer is also shown the next candidates (up to ``SCORER_OTHERS``); when its confidence falls
+    below ``tau`` it may propose up to ``MAX_ALTERNATIVES`` alternatives with an explanation each — a
+    numbered other candidate, or a concept name of its own (kept with ``id: null``). They are returned
+    under ``alternatives`` as ``{id, label, explanation}``; a confident score carries none."""
     card = describe_candidate(linker, choice["id"])
+    others = [c["id"] for c in (cands or []) if c["id"] != choice["id"]][:SCORER_OTHERS]
+    other_cards = [describe_candidate(linker, eid) for eid in others]
     obj, err = _ask_json(linker, linker.llms.scorer, "link_score", _SCORE_SCHEMA, _lang(mention, context),
-                         mention=mention, context=context or "", concept=card)
+                         mention=mention, context=context or "", concept=card, others=other_cards, tau=linker.cfg.tau,
+                         max_alternatives=MAX_ALTERNATIVES)
     if obj is None:
         return dict(choice, rationale=f"{choice['rationale']}; scorer unusable ({err}), selector confidence kept")
     why = str(obj.get("rationale") or "").strip()
-    return dict(choice, confidence=float(obj["confidence"]), scorer_rationale=why,
-                rationale=f"{choice['rationale']}; scorer {float(obj['confidence']):.2f}: {why}")
+    conf = max(0.0, min(1.0, float(obj["confidence"])))
+    alts: list[dict[str, Any]] = []
+    if conf < linker.cfg.tau:
+        seen = {choice["id"]}
+        for a in obj.get("alternatives") or []:
+            expl = str(a.get("explanation") or "").strip()
+            idx = a.get("choice")
+            if isinstance(idx, int) and 1 <= idx <= len(other_cards):
+                alt = {"id": other_cards[idx - 1]["id"], "label": other_cards[idx - 1]["label"], "explanation": expl}
+            elif str(a.get("name") or "").strip():
+                alt = {"id": None, "label": str(a["name"]).strip()[: linker.cfg.max_mention_chars], "explanation": expl}
+            else:
+                continue
+            key = alt["id"] or norm_key(alt["label"])
+            if key in seen:
+                continue
+            seen.add(key)
+            alts.append(alt)
+            if len(alts) == MAX_ALTERNATIVES:
+                break
+    out = dict(choice, confidence=conf, scorer_rationale=why, rationale=f"{choice['rationale']}; scorer {conf:.2f}: {why}")
+    if alts:
+        out["alternatives"] = alts
+    return out
 
 
 def synonyms_llm(linker: EntityLinker, mention: str, context: str | None, reason: str, rejected: str | None) -> list[str]:

@@ -200,3 +200,33 @@ def test_cli_complete_evaluate(trained, repo, capsys):
     assert "precision by threshold" in out and (trained.dir / "ukge" / "completion_eval.json").exists()
     assert main(["graph", "complete", "--graph", d, "-c", str(repo / "configs/graph/complete.yaml"), "--dry-run"]) == 0
     assert "dry run:" in capsys.readouterr().out
+
+
+def test_functional_relations_never_get_contradictory_values(trained):
+    """Three natures for one food are a contradiction, not a completion: a head with a value of a functional
+    relation (declared: has_nature; inferred: at most one value per head in the data, has_flavour here) gets no
+    other, a head without one gets at most one — even at threshold 0 with 50 per head."""
+    g = trained
+    report = complete_graph(g, CompleteConfig(threshold=0.0, max_per_head=50, min_precision=0, dry_run=True))
+    model = UKGE.load(g.dir)
+    found, _ = find_candidates(g, model, CompleteConfig(threshold=0.0, max_per_head=50))
+    assert report["functional"]["has_nature"] == "declared (functional_relations)"
+    assert report["functional"]["has_flavour"].startswith("at most one value per head")
+    has_value = {(h, r) for h, r, _ in g.conn.execute("SELECT head_id, relation, tail_id FROM triples")}
+    functional = [c for c in found if c.relation in report["functional"]]
+    assert not [c for c in functional if (c.head_id, c.relation) in has_value]  # no second nature, no second flavour
+    per_head = {}
+    for c in functional:
+        per_head[(c.head_id, c.relation)] = per_head.get((c.head_id, c.relation), 0) + 1
+    assert per_head and set(per_head.values()) == {1}
+    assert (triple_key(g, *MISSING)[0], "has_flavour") in per_head  # 桂圆 has no flavour yet: it gets one
+    assert report["relations"]["has_nature"]["heads_with_a_value"] == 16 and report["relations"]["has_nature"]["candidates"] == 0
+    # with the rule switched off, the model proposes other natures for herbs that have one: what the rule prevents
+    off, _ = find_candidates(g, model, CompleteConfig(threshold=0.0, max_per_head=50, functional_relations=[], infer_functional=False))
+    assert [c for c in off if c.relation == "has_nature" and (c.head_id, c.relation) in has_value]
+
+
+def test_complete_help_states_the_measured_precision(capsys):
+    assert main(["graph", "complete", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "held-out precision" in out and "sample graph" in out and "docs/confidence.md" in out

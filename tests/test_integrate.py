@@ -9,7 +9,8 @@ import pytest
 
 from bencao.cli import main
 from bencao.errors import BencaoError
-from bencao.retrieval.graph.integrate import COLUMNS, IntegrateConfig, integrate, integration_document, is_noise, undo_integration
+from bencao.retrieval.graph.integrate import (COLUMNS, IntegrateConfig, integrate, integration_document, is_noise, quarantined, summary,
+                                              undo_integration, xref_key)
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.ingest.registry import ingest_file
 
@@ -86,11 +87,11 @@ def test_integrate_merges_shared_ids_and_names_keeping_every_source_id(tmp_path,
     assert parents == ["CHEBI:50523"]
     assert [t["tail_id"] for t in g.triples_of("CHEBI:29073", "out", "is_a")] == ["CHEBI:176783"]
     assert report["groups"] >= 3 and report["entities_merged"] >= 5 and report["document"]
-    # noise: digit/punctuation aliases removed, entities named "7" never merged on their name, 枣 kept
+    # noise: digit/punctuation aliases removed, entities named only "7" quarantined (not merged), 枣 kept
     assert not [a for a in g.iter_aliases() if a[2] in ("12", "-")]
-    assert {g.get_entity("FOODON:1")["name"], g.get_entity("FOODON:2")["name"]} == {"7"}
+    assert g.get_entity("FOODON:1") is None and g.get_entity("FOODON:2") is None
     assert g.entities_by_alias("枣")
-    assert report["noise_names_total"] == 2 and report["noise_aliases_removed"] == 2
+    assert report["quarantined"] == 2 and report["noise_names_total"] == 0 and report["noise_aliases_removed"] == 2
 
 
 def test_undo_restores_the_graph_exactly(tmp_path, sources):
@@ -165,6 +166,101 @@ def test_group_size_guard_and_settings(tmp_path, sources):
     assert not any(x["id"] == "DSI000041" for ex in no_groups["examples"] for x in ex["merged"])
     with pytest.raises(BencaoError, match="max_group"):
         integrate(g, IntegrateConfig(max_group=1))
+
+
+def _noise_graph(path: Path) -> Graph:
+    g = Graph.create(path)
+    b = g.builder(source="notes", kind="book", format="notes", content_key="noise")
+    eight = b.entity("8", "concept", id="N:8")
+    b.triple(eight, "is_a", b.entity("number", "concept", id="N:number"), confidence=0.9, layer="book", origin="notes")
+    b.triple(b.entity("sugar", "food", id="N:sugar"), "has_part", b.entity("%", "unit", id="N:pct"), confidence=0.9, layer="book", origin="notes")
+    b.entity("X", "concept", id="N:X")
+    b.entity("B", "vitamin", id="N:B", aliases=[("vitamin B", "synonym")])  # a noise name and a real one: kept
+    g.commit(b)
+    return g
+
+
+def test_noise_only_entities_are_quarantined_counted_listed_and_restored(tmp_path, capsys):
+    """iDISK removes entries whose name is noise: '8', '%' and 'X' leave the graph with their triples,
+    the report counts them, --quarantined lists them, --undo brings them back."""
+    g = _noise_graph(tmp_path / "g")
+    before = _state(g)
+    dry = integrate(g, IntegrateConfig(dry_run=True))
+    assert dry["quarantined"] == 3 and _state(g) == before and "would quarantine 3 entities" in summary(dry)
+    report = integrate(g)
+    assert report["quarantined"] == 3 and report["quarantined_triples"] == 2 and report["document"]
+    assert {q["name"] for q in report["quarantined_entities"]} == {"8", "%", "X"}
+    assert all(g.get_entity(e) is None for e in ("N:8", "N:pct", "N:X"))
+    assert g.get_entity("N:B") is not None and g.get_entity("N:sugar") is not None and not g.triples_of("N:sugar", "out")
+    assert report["noise_names_total"] == 1  # "B" stays: it is also "vitamin B"
+    assert "quarantined 3 entities whose every name is noise" in summary(report)
+    listed = {e["name"]: e for e in quarantined(g)["entities"]}
+    assert set(listed) == {"8", "%", "X"} and listed["%"]["triple_rows"] == [["N:sugar", "has_part", "N:pct"]]
+    g.close()
+    d = str(tmp_path / "g")
+    assert main(["graph", "integrate", "--graph", d, "--quarantined", "--json"]) == 0
+    assert {e["id"] for e in json.loads(capsys.readouterr().out)["entities"]} == {"N:8", "N:pct", "N:X"}
+    assert main(["graph", "integrate", "--graph", d, "--quarantined"]) == 0
+    assert "3 entities quarantined" in capsys.readouterr().out
+    assert main(["graph", "integrate", "--graph", d, "--undo"]) == 0
+    with Graph.open(d) as g2:
+        assert _state(g2) == before
+    with Graph.open(d) as g3:
+        assert integrate(g3, IntegrateConfig(quarantine_noise=False))["quarantined"] == 0 and g3.get_entity("N:8") is not None
+
+
+HONEY_OBO = """format-version: 1.2
+ontology: uberon
+
+[Term]
+id: UBERON:0036016
+name: honey
+def: "A sweet viscid material elaborated out of the nectar of flowers in the honey sac of various bees." []
+xref: UMLS:C0019906
+"""
+
+
+def test_cross_type_duplicates_merge_where_the_sources_say_so(tmp_path, capsys):
+    """Honey in FoodOn (food), UBERON (anatomy) and iDISK (supplement ingredient): one CUI in three spellings
+    merges them across types; a same-as statement does too; a shared name across types alone does not."""
+    foodon = tmp_path / "foodon.jsonl"
+    foodon.write_text(json.dumps({"id": "FOODON:03301062", "label": "honey", "xrefs": ["UMLS_CUI:C0019906"]}) + "\n"
+                      + json.dumps({"id": "FOODON:00003598", "label": "honeydew melon"}) + "\n", encoding="utf-8")
+    obo = tmp_path / "uberon.obo"
+    obo.write_text(HONEY_OBO, encoding="utf-8")
+    dsi = tmp_path / "dsi.csv"
+    dsi.write_text("iDISK_ID,Name,CUI,Source Material,NHP_Name,DSLD_Name\nDSI000339,Honey,C0019906,Apis mellifera - Honey,Honey,Honey Bee | Honey\n"
+                   "DSI000400,Honeydew melon,C9999999,,,\n", encoding="utf-8")
+    g = Graph.create(tmp_path / "g")
+    ingest_file(g, "foodon-jsonl", foodon)
+    ingest_file(g, "obo", obo)
+    ingest_file(g, "kb-csv", dsi, DSI_MAP)
+    b = g.builder(source="notes", kind="book", format="notes", content_key="same-as")
+    b.triple(b.entity("lotus seed", "food", id="N:lotus"), "exact_match", b.entity("莲子", "substance", id="N:lianzi"),
+             confidence=1.0, layer="book", origin="notes")
+    g.commit(b)
+    report = integrate(g)
+    honey = [e for e in g.iter_entities() if e["norm"] == "honey"]
+    assert [e["id"] for e in honey] == ["FOODON:03301062"]  # FoodOn came first
+    for old in ("UBERON:0036016", "DSI000339"):
+        assert [e["id"] for e in g.entities_by_alias(old)] == ["FOODON:03301062"]
+    assert g.get_entity("N:lianzi") is None and [e["id"] for e in g.entities_by_alias("莲子")] == ["N:lotus"]
+    # the name alone across types merges nothing: honeydew melon (food) and Honeydew melon (supplement) stay two
+    assert len([e for e in g.iter_entities() if e["norm"] == "honeydew melon"]) == 2
+    assert report["cross_type"] == 2
+    by_canon = {grp["canonical"]: grp for grp in report["cross_type_groups"]}
+    assert {m["type"] for m in by_canon["FOODON:03301062"]["members"]} == {"food", "anatomy", "supplement_ingredient"}
+    assert any("umls:c0019906" in why for why in by_canon["FOODON:03301062"]["because"])
+    assert any("exact_match" in why for why in by_canon["N:lotus"]["because"])
+    assert "merged across types" in summary(report)
+
+
+def test_xref_key_reads_one_identifier_in_its_spellings():
+    cui = {xref_key(x) for x in ("C0019906", "UMLS:C0019906", "umls_cui:C0019906", "http://linkedlifedata.com/resource/umls/id/C0019906",
+                                 "https://identifiers.org/umls:C0019906")}
+    assert cui == {"umls:c0019906"}
+    assert {xref_key(x) for x in ("UBERON:0036016", "http://purl.obolibrary.org/obo/UBERON_0036016", "obo:UBERON_0036016")} == {"uberon:0036016"}
+    assert xref_key("C001990") != xref_key("C0019906") and xref_key("DSI000339") == "dsi000339"
 
 
 def test_noise_names():

@@ -141,6 +141,55 @@ def test_link_cli_selector_scorer_and_failure_aware_synonym_retry(capsys):
     assert "synonym:zucchini" in chosen["via"] and ({"bm25", "dense"} & set(chosen["via"]))
 
 
+_SHOWN_OTHERS: list[tuple[str, str]] = []
+
+
+def _rejecting_scorer_route(messages):
+    """Selector picks candidate 0; the scorer rejects anything but zucchini and proposes alternatives:
+    another candidate by number (the second one shown), a name of its own, an out-of-range number, a
+    duplicate and a fourth."""
+    stage = stage_of(messages)
+    user = messages[-1]["content"]
+    if stage == "select":
+        return json.dumps({"choice": 0, "confidence": 0.7, "rationale": "first"})
+    if stage == "score":
+        concept = re.search(r"Concept: (.+)", user).group(1)
+        if "zucchini" in concept:
+            return '{"confidence": 0.92, "rationale": "same vegetable"}'
+        _SHOWN_OTHERS[:] = re.findall(r"^(\d+)\. (.+?)(?:;|$)", user.split("Other candidates:")[1], re.M)
+        z = 2
+        return json.dumps({"confidence": 0.1, "rationale": "not a courgette", "alternatives": [
+            {"choice": z, "explanation": "courgette is the British name of zucchini"},
+            {"name": "summer squash", "explanation": "courgettes are summer squashes"},
+            {"choice": 99, "explanation": "out of range"},
+            {"choice": z, "explanation": "the same again"},
+            {"name": "marrow", "explanation": "a grown courgette"},
+            {"name": "baby marrow", "explanation": "a fourth, over the limit"}]})
+    raise AssertionError(f"unexpected request ({stage})")
+
+
+def test_scorer_proposes_up_to_three_alternatives_with_explanations_on_failure(capsys):
+    """FoodOntoRAG's scorer: on a rejected choice, up to 3 alternatives (another candidate or a name), each explained."""
+    g = demo_graph_dir()
+    with scripted_endpoint(_rejecting_scorer_route) as ep:
+        out = json.loads(_cli(capsys, "link", "--graph", str(g), "--set", "linking.selector=llm", "--set", "linking.retry=false",
+                              *ep.overrides("linking.llm"), *ep.overrides("linking.scorer.llm"), "courgette"))
+        prompt = ep.calls_of("confidence scorer")[0][-1]["content"]
+    assert "Other candidates:" in prompt and "up to 3 alternatives" in prompt
+    assert out["abstained"] and out["confidence"] == 0.1
+    alts = out["alternatives"]
+    # the scorer saw the other candidates in order (the chosen one, candidate 0, left out): its number 2 is candidate 2
+    assert _SHOWN_OTHERS[1][1].startswith(out["candidates"][2]["label"])
+    assert [a["label"] for a in alts] == [out["candidates"][2]["label"], "summer squash", "marrow"]
+    assert alts[0]["id"] == out["candidates"][2]["id"] and alts[0]["explanation"] == "courgette is the British name of zucchini"
+    assert alts[1]["id"] is None and alts[1]["explanation"] == "courgettes are summer squashes"
+    # a confident score proposes none; after a retry the first pass's alternatives stay on record
+    with scripted_endpoint(_zucchini_route) as ep:
+        ok = json.loads(_cli(capsys, "link", "--graph", str(g), "--set", "linking.selector=llm", *ep.overrides("linking.llm"),
+                             *ep.overrides("linking.scorer.llm"), "zucchini"))
+    assert not ok["abstained"] and ok["alternatives"] == []
+
+
 def test_llm_selector_may_abstain(capsys):
     g = demo_graph_dir()
     with scripted_endpoint(lambda m: '{"choice": -1, "confidence": 0.0, "rationale": "none of these is a spacecraft"}') as ep:

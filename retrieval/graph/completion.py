@@ -11,6 +11,11 @@ a candidate's tail type is one the relation already takes from heads of the same
 observed graph (or the pair the ``relations`` table declares); an existing triple, in any layer, is never added again; no
 self-loops.
 
+Functional relations are never given contradictory values: a relation declared in
+``functional_relations`` (``has_nature``: a food has one nature) or, with ``infer_functional``, one
+with at most one value per head among the observed triples gets no proposal for a head that already
+has a value (in any layer) and at most one for a head without.
+
 Closed-world knowledge is never completed: a recipe lists all its ingredients and indications, a
 catalogue all its members, an ontology all a term's parents, so a triple they do not state is false,
 not missing. ``closed_world`` names relations that are closed everywhere (``has_ingredient``,
@@ -60,12 +65,17 @@ class CompleteConfig:
     min_precision: float = field(0.5, help="Complete only relations whose held-out precision at `threshold` (from `bencao graph complete --evaluate`) reaches this; 0 = complete without an evaluation.")
     min_evaluated: int = field(5, help="A relation's held-out precision counts only when the evaluation proposed at least this many of its triples.")
     min_relation_triples: int = field(5, help="With relations empty: skip relations with fewer observed triples (too little to learn from).")
-    threshold: float = field(0.85, help="Minimum UKGE score for a candidate to be added (Yaoshi-RAG uses 0.85).")
+    threshold: float = field(0.85, help="Minimum UKGE score for a candidate to be added (Yaoshi-RAG uses 0.85; measured held-out "
+                                        "precision at 0.85 on the sample graph: 0/11, see docs/confidence.md).")
     heads: Literal["typed", "existing"] = field("typed", help="typed: every modelled entity of a head type the relation takes; existing: only heads that already have the relation.")
     max_per_head: int = field(3, help="At most this many new tails per (head, relation), best first.")
     max_total: int = field(5000, help="At most this many triples in one run, best first.")
     min_type_share: float = field(0.05, help="A tail (head) type is allowed when it makes up at least this share of the relation's observed tails (heads).")
     skip_inverse: bool = field(True, help="Do not propose (h, r, t) when (t, r, h) exists or is proposed: DistMult scores both directions alike.")
+    functional_relations: list[str] = field(default_factory=lambda: ["has_nature"],
+                                            help="Relations with at most one value per head (a food has one nature): a head that has a value, in any "
+                                                 "layer, gets no proposal, and one without gets at most one. Added to the inferred ones (infer_functional).")
+    infer_functional: bool = field(True, help="Also treat as functional every relation with at most one value per head in the graph's observed triples.")
     batch_size: int = field(1024, help="Heads scored per matrix product.")
     reason_neighbours: int = field(3, help="Existing heads with the same (relation, tail) most similar to the head, quoted in the reason.")
     dry_run: bool = field(False, help="Score and report the candidates without writing them to the graph.")
@@ -124,6 +134,20 @@ def closed_signatures(g: Any, curated_kinds: list[str], closed_formats: list[str
         if not n_open:
             out[rel].add(head_type)
     return dict(out)
+
+
+def functional_relations(g: Any, cfg: CompleteConfig) -> dict[str, str]:
+    """relation → why it is functional (at most one value per head): declared in ``functional_relations``,
+    or, with ``infer_functional``, no head has two values for it among the observed triples."""
+    out = {r: "declared (functional_relations)" for r in cfg.functional_relations}
+    if cfg.infer_functional:
+        q = ",".join("?" * len(OBSERVED_LAYERS))
+        for rel, most in g.conn.execute(
+                f"SELECT relation, MAX(n) FROM (SELECT relation, head_id, COUNT(*) AS n FROM triples WHERE layer IN ({q}) "
+                f"GROUP BY relation, head_id) GROUP BY relation", OBSERVED_LAYERS):
+            if most <= 1:
+                out.setdefault(rel, "at most one value per head in the graph's observed triples")
+    return out
 
 
 def observed_key(g: Any) -> str:
@@ -205,8 +229,9 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
     emb = model.module.ent.weight.detach()
     emb_n = torch.nn.functional.normalize(emb, dim=-1)
 
+    functional = functional_relations(g, cfg)
     found: list[Candidate] = []
-    report: dict[str, Any] = {"relations": {}, "closed": closed}
+    report: dict[str, Any] = {"relations": {}, "closed": closed, "functional": {r: w for r, w in functional.items() if r in relations}}
     for k, rel in enumerate(relations):
         if progress:
             progress(rel, k, len(relations))
@@ -217,6 +242,11 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
         else:
             all_heads = [e for _, e in vocab]
         rep = {"heads": 0, "signature": {ht: sorted(tt) for ht, tt in sorted(signature.items())}, "candidates": 0}
+        is_functional = rel in functional
+        per_head = 1 if is_functional else cfg.max_per_head
+        if is_functional:
+            rep["functional"] = functional[rel]
+            rep["heads_with_a_value"] = 0
         report["relations"][rel] = rep
         r_idx = model.relation_index[rel]
         tails_by_head: dict[str, set[str]] = defaultdict(set)
@@ -233,19 +263,24 @@ def find_candidates(g: Any, model: UKGE, cfg: CompleteConfig, progress: Progress
                 continue
             cand_idx = torch.tensor([i for i, _ in cand], dtype=torch.long)
             cand_ids = [e for _, e in cand]
+            if is_functional:  # a head that has a value already: another would contradict it
+                rep["heads_with_a_value"] += sum(1 for h in head_ids if tails_by_head[h])
+                head_ids = [h for h in head_ids if not tails_by_head[h]]
+                if not head_ids:
+                    continue
             for start in range(0, len(head_ids), cfg.batch_size):
                 chunk = head_ids[start:start + cfg.batch_size]
                 h_idx = torch.tensor([model.entity_index[h] for h in chunk], dtype=torch.long)
                 with torch.no_grad():
                     scores = model.module.score_tails(h_idx, torch.full_like(h_idx, r_idx), cand_idx)
                 # Enough of the best to find max_per_head new ones past existing tails and inverses.
-                k = min(len(cand_ids), cfg.max_per_head + 1 + max(len(tails_by_head[h]) + len(heads_by_tail.get(h, ())) for h in chunk))
+                k = min(len(cand_ids), per_head + 1 + max(len(tails_by_head[h]) + len(heads_by_tail.get(h, ())) for h in chunk))
                 top_v, top_i = torch.topk(scores, k, dim=1)
                 for row, h in enumerate(chunk):
                     added = 0
                     order, vals = top_i[row].tolist(), top_v[row].tolist()
                     pos = 0
-                    while added < cfg.max_per_head:
+                    while added < per_head:
                         if pos == len(order):
                             if len(order) == len(cand_ids):
                                 break
@@ -305,7 +340,8 @@ def complete_graph(g: Any, cfg: CompleteConfig, progress: ProgressFn | None = No
         gated = precision_gate(g, model, cfg)
         cfg = replace(cfg, exclude_relations=[*cfg.exclude_relations, *gated])
     found, report = find_candidates(g, model, cfg, progress)
-    report.update({"model_hash": model_hash, "threshold": cfg.threshold, "document": None, "added": 0, "gated": gated})
+    report.update({"model_hash": model_hash, "threshold": cfg.threshold, "document": None, "added": 0, "gated": gated,
+                   "measured": measured_precision(g, model, cfg)})
     if cfg.dry_run or not found:
         report["examples"] = [asdict(c) for c in found[:20]]
         return report
@@ -334,7 +370,7 @@ def complete_graph(g: Any, cfg: CompleteConfig, progress: ProgressFn | None = No
 EVAL_FILE = "completion_eval.json"
 #: Settings that change what completion proposes: an evaluation is valid only for the same values.
 _EVAL_SETTINGS = ("threshold", "heads", "max_per_head", "min_type_share", "skip_inverse", "closed_world", "skip_curated_relations",
-                  "curated_kinds", "closed_formats", "min_relation_triples")
+                  "curated_kinds", "closed_formats", "min_relation_triples", "functional_relations", "infer_functional")
 
 
 def _settings(cfg: CompleteConfig) -> dict[str, Any]:
@@ -420,6 +456,19 @@ def write_evaluation(g: Any, report: dict[str, Any]) -> Path:
     path = Path(g.dir) / MODEL_DIR / EVAL_FILE
     atomic_write_json(path, report)
     return path
+
+
+def measured_precision(g: Any, model: UKGE, cfg: CompleteConfig) -> dict[str, dict[str, Any]]:
+    """relation → {proposed, correct, precision} at ``cfg.threshold`` from the graph's held-out
+    evaluation, when one exists for these triples, model and settings (else empty)."""
+    path = Path(g.dir) / MODEL_DIR / EVAL_FILE
+    if not path.exists():
+        return {}
+    ev = json.loads(path.read_text(encoding="utf-8"))
+    if (ev.get("observed_key") != observed_key(g) or ev.get("model") != asdict(model.config)
+            or ev.get("settings") != json.loads(json.dumps(_settings(cfg)))):
+        return {}
+    return {rel: {k: m.get(k) for k in ("proposed", "correct", "precision")} for rel, m in (ev.get("by_relation") or {}).items()}
 
 
 def precision_gate(g: Any, model: UKGE, cfg: CompleteConfig) -> dict[str, str]:

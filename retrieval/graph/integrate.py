@@ -5,18 +5,28 @@ supplement ingredient "Vitamin C" (UMLS C2349136), FoodOn's slice carries HANCES
 three spellings of the prefix. :func:`integrate` merges them:
 
 - **by shared identifier**: entities that share an alias of kind ``xref`` (a UMLS CUI, a CURIE, a
-  KB id; matched on the normalised key, so ``HANCESTRO:0443`` = ``hancestro:0443``), whatever
-  their types;
+  KB id, a SKOS ``exactMatch`` target), whatever their types. Identifiers are compared on
+  :func:`xref_key`: case folded, OBO PURLs and identifiers.org IRIs read as CURIEs, and a UMLS CUI
+  written bare (iDISK's ``C0019906``), as ``UMLS:C0019906``, ``UMLS_CUI:C0019906`` or a UMLS IRI is
+  one key — so FoodOn, UBERON and iDISK "honey" merge when their sources give the same CUI;
+- **by a same-as statement**: a triple of a relation in ``same_as_relations`` (``exact_match``,
+  ``same_as``, ``equivalent_to``, ...) between two entities merges them, whatever their types;
 - **by normalised name within a type**: entities whose names have the same matching key
   (:func:`bencao.text.norm_key`) and the same type, or types of one ``type_groups`` entry (a
   ChEBI chemical and an iDISK supplement ingredient are both substances);
 - groups are closed transitively; a group larger than ``max_group`` is reported and left alone
   (a chain of shared ids usually means one bad cross-reference).
 
+Merges across types are listed apart in the report (``cross_type``, ``cross_type_groups``).
+
 **Noise names** (iDISK's filter) are never merge keys: a name with no letter (digits or
 punctuation only) or a single non-Chinese character (a single Chinese character, 枣 or 姜, is a
-word); aliases with such text are removed (identifiers of kind ``xref`` are kept), and entities
-named so are listed in the report.
+word); aliases with such text are removed (identifiers of kind ``xref`` are kept). An entity all
+of whose names are noise (``8``, ``%``, ``X``) is **quarantined** (``quarantine_noise``): it leaves
+the graph with its aliases, triples and links, journalled like a merge, so ``--undo`` brings it
+back; the report counts it (``quarantined``) and ``bencao graph integrate --quarantined`` lists
+every quarantined entity with its triples. Entities with a noise name and another, real name stay
+and are listed in ``noise_names``.
 
 **How a merge is stored.** The store's contract is that every row is tied to the document that
 asserted it and that removing a document removes exactly what nothing else supports. A merge
@@ -77,6 +87,11 @@ class IntegrateConfig:
     exclude_types: list[str] = field(default_factory=list, help="Entity types never merged by name.")
     max_group: int = field(10, help="A merge group larger than this is reported and left alone (a chain of shared ids usually means one bad cross-reference).")
     filter_noise: bool = field(True, help="Remove aliases whose text is noise (no letter, or one non-Chinese character); never merge on such names.")
+    quarantine_noise: bool = field(True, help="Move entities all of whose names are noise ('8', '%', 'X') out of the graph with their triples "
+                                              "(journalled: `--quarantined` lists them, `--undo` restores them).")
+    same_as_relations: list[str] = field(default_factory=lambda: ["exact_match", "exactmatch", "same_as", "equivalent_to", "equivalent_class",
+                                                                  "equivalentclass", "skos:exactmatch", "owl:sameas"],
+                                         help="Relations by which a source says two entities are the same thing: their ends are merged, whatever their types.")
     dry_run: bool = field(False, help="Report what would be merged without writing.")
 
 
@@ -92,6 +107,49 @@ def is_noise(text: str) -> bool:
     if not _LETTER.search(t):
         return True
     return len(t) < 2 and not has_cjk(t)
+
+
+_CUI = re.compile(r"c\d{7}")
+_UMLS_PREFIXES = ("umls:", "umls_cui:", "umlscui:", "umls_cid:", "cui:", "umls.cui:")
+_IRI_FORMS = (
+    (re.compile(r"https?://purl\.obolibrary\.org/obo/([a-z][a-z0-9]*)_(.+)"), r"\1:\2"),
+    (re.compile(r"https?://identifiers\.org/([^/:]+)[:/](.+)"), r"\1:\2"),
+    (re.compile(r"https?://linkedlifedata\.com/resource/umls/id/(c\d{7})"), r"umls:\1"),
+    (re.compile(r"https?://uts\.nlm\.nih\.gov/\S*?(c\d{7})"), r"umls:\1"),
+    (re.compile(r"obo:([a-z][a-z0-9]*)_(.+)"), r"\1:\2"),
+)
+
+
+def xref_key(text: str) -> str:
+    """The key an identifier is matched on: case folded; an OBO PURL, identifiers.org IRI or
+    ``obo:X_1`` as the CURIE ``x:1``; a UMLS CUI in any of its spellings (bare ``C0019906``,
+    ``UMLS:C0019906``, ``UMLS_CUI:C0019906``, a UMLS IRI) as ``umls:c0019906``."""
+    t = text.strip().lower()
+    for pat, repl in _IRI_FORMS:
+        m = pat.fullmatch(t)
+        if m:
+            t = m.expand(repl)
+            break
+    for prefix in _UMLS_PREFIXES:
+        if t.startswith(prefix) and _CUI.fullmatch(t[len(prefix):].strip()):
+            return "umls:" + t[len(prefix):].strip()
+    if _CUI.fullmatch(t):
+        return "umls:" + t
+    return norm_key(t)
+
+
+def noise_only_entities(g: Graph, cfg: "IntegrateConfig") -> list[dict[str, Any]]:
+    """Entities whose name and every non-identifier alias are noise (iDISK's filter), with their triple counts."""
+    out = []
+    xk = set(cfg.xref_kinds)
+    for eid, name, typ in g.conn.execute("SELECT id, name, type FROM entities").fetchall():
+        if not is_noise(name):
+            continue
+        if any(not is_noise(a) for a, k in g.conn.execute("SELECT alias, kind FROM aliases WHERE entity_id=?", (eid,)) if k not in xk):
+            continue
+        n = g.conn.execute("SELECT COUNT(*) FROM triples WHERE head_id=? OR tail_id=?", (eid, eid)).fetchone()[0]
+        out.append({"id": eid, "name": name, "type": typ, "triples": n})
+    return out
 
 
 class _UnionFind:
@@ -123,15 +181,18 @@ class MergeGroup:
 
 def find_groups(g: Graph, cfg: IntegrateConfig) -> tuple[list[MergeGroup], dict[str, Any]]:
     """Merge groups (canonical = the entity whose earliest source document came first) and a report."""
+    quarantine = noise_only_entities(g, cfg) if cfg.quarantine_noise else []
+    out_ids = {q["id"] for q in quarantine}
     ents: dict[str, tuple[str, str, str]] = {eid: (name, norm, typ) for eid, name, norm, typ in
-                                             g.conn.execute("SELECT id, name, norm, type FROM entities")}
+                                             g.conn.execute("SELECT id, name, norm, type FROM entities") if eid not in out_ids}
     uf = _UnionFind()
     why: dict[str, list[str]] = defaultdict(list)  # entity → reasons it joined
     if cfg.by_xref and cfg.xref_kinds:
         q = ",".join("?" * len(cfg.xref_kinds))
         by_key: dict[str, set[str]] = defaultdict(set)
-        for norm, eid in g.conn.execute(f"SELECT norm, entity_id FROM aliases WHERE kind IN ({q})", list(cfg.xref_kinds)):
-            by_key[norm].add(eid)
+        for alias, eid in g.conn.execute(f"SELECT alias, entity_id FROM aliases WHERE kind IN ({q})", list(cfg.xref_kinds)):
+            if eid in ents:
+                by_key[xref_key(alias)].add(eid)
         for key, ids in by_key.items():
             if len(ids) > 1:
                 first, *rest = sorted(ids)
@@ -139,6 +200,14 @@ def find_groups(g: Graph, cfg: IntegrateConfig) -> tuple[list[MergeGroup], dict[
                     uf.union(first, other)
                 for eid in ids:
                     why[eid].append(f"shares identifier {key!r}")
+    if cfg.same_as_relations:
+        rels = sorted({r.lower() for r in cfg.same_as_relations})
+        q = ",".join("?" * len(rels))
+        for h, rel, t in g.conn.execute(f"SELECT head_id, relation, tail_id FROM triples WHERE LOWER(relation) IN ({q})", rels):
+            if h in ents and t in ents and h != t:
+                uf.union(h, t)
+                why[h].append(f"a source says {rel} {t}")
+                why[t].append(f"a source says {h} {rel}")
     noise_names: list[dict[str, str]] = []
     if cfg.by_name:
         group_of = {t: min(grp) for grp in cfg.type_groups for t in grp}
@@ -176,11 +245,19 @@ def find_groups(g: Graph, cfg: IntegrateConfig) -> tuple[list[MergeGroup], dict[
             continue
         groups.append(MergeGroup(ids[0], ids, sorted({r for e in ids for r in why[e]})))
     groups.sort(key=lambda grp: grp.canonical)
+    cross = [grp for grp in groups if len({ents[e][2] for e in grp.members}) > 1]
     report = {"groups": len(groups), "entities_merged": sum(len(grp.members) - 1 for grp in groups),
               "too_large": too_large, "noise_names": noise_names[:200], "noise_names_total": len(noise_names),
+              "quarantined": len(quarantine), "quarantined_triples": sum(q["triples"] for q in quarantine),
+              "quarantined_entities": quarantine[:200],
+              "cross_type": len(cross),
+              "cross_type_groups": [{"canonical": grp.canonical, "members": [{"id": e, "name": ents[e][0], "type": ents[e][2]} for e in grp.members],
+                                     "because": grp.reasons} for grp in cross[:200]],
               "examples": [{"canonical": {"id": grp.canonical, "name": ents[grp.canonical][0], "type": ents[grp.canonical][2]},
                             "merged": [{"id": e, "name": ents[e][0], "type": ents[e][2]} for e in grp.members[1:]],
                             "because": grp.reasons} for grp in groups[:200]]}
+    report["_quarantine_ids"] = [q["id"] for q in quarantine]
+    report["_quarantine_all"] = quarantine
     return groups, report
 
 
@@ -240,12 +317,35 @@ def _delete(c: Any, table: str, rows: list[tuple]) -> None:
 # --------------------------------------------------------------------------- merging
 
 
-def _merge(g: Graph, groups: list[MergeGroup], cfg: IntegrateConfig) -> tuple[dict[str, Any], dict[str, int]]:
-    """Rewrite the rows of merged entities onto their canonical entity; returns (journal, counts).
+def _quarantine(g: Graph, ids: list[str]) -> dict[str, list[tuple]]:
+    """Remove entities (noise-only names) with their sources, aliases, triples and links; returns the
+    removed rows for the journal. Runs inside the caller's write transaction."""
+    c = g.conn
+    rem: dict[str, list[tuple]] = {t: [] for t in COLUMNS}
+    if not ids:
+        return rem
+    rem["entities"] = _select(c, "entities", "id IN ({q})", ids)
+    rem["entity_sources"] = _select(c, "entity_sources", "entity_id IN ({q})", ids)
+    rem["aliases"] = _select(c, "aliases", "entity_id IN ({q})", ids)
+    rem["triples"] = _select(c, "triples", "head_id IN ({q}) OR tail_id IN ({q})", ids)
+    rem["triple_sources"] = _select(c, "triple_sources", "triple_id IN ({q})", [t[0] for t in rem["triples"]])
+    rem["links"] = _select(c, "links", "src_id IN ({q}) OR dst_id IN ({q})", ids)
+    _delete(c, "triples", rem["triples"])  # their triple_sources cascade
+    _delete(c, "links", rem["links"])
+    for i in range(0, len(ids), 400):
+        chunk = ids[i:i + 400]
+        c.execute(f"DELETE FROM entities WHERE id IN ({','.join('?' * len(chunk))})", chunk)  # sources, aliases cascade
+    return rem
+
+
+def _merge(g: Graph, groups: list[MergeGroup], cfg: IntegrateConfig, quarantine: list[str] | None = None) -> tuple[dict[str, Any], dict[str, int]]:
+    """Quarantine ``quarantine`` (entities), then rewrite the rows of merged entities onto their
+    canonical entity; returns (journal, counts).
 
     Runs inside the caller's write transaction.
     """
     c = g.conn
+    qrem = _quarantine(g, list(quarantine or []))
     canon = {m: grp.canonical for grp in groups for m in grp.members[1:]}
     merged, canonicals = list(canon), sorted({grp.canonical for grp in groups})
     to = lambda e: canon.get(e, e)  # noqa: E731
@@ -332,6 +432,9 @@ def _merge(g: Graph, groups: list[MergeGroup], cfg: IntegrateConfig) -> tuple[di
     updated["triples"] += _select(c, "triples", "id IN ({q})", [t for t in touched_triples if t not in new_ids])
     g._refresh_triples(sorted(touched_triples))
     g._refresh_entities(canonicals)
+    for table in COLUMNS:  # the quarantined rows first: they were removed first
+        removed[table] = qrem[table] + removed[table]
+    counts["quarantined"] = len(qrem["entities"])
     if cfg.filter_noise:
         counts["noise_aliases_removed"] += _drop_noise_aliases(g, cfg, removed)
     journal = {"canonical": canon, "removed": removed, "created": created, "updated": updated}
@@ -443,6 +546,8 @@ def integrate(g: Graph, cfg: IntegrateConfig | None = None) -> dict[str, Any]:
                 if previous is not None:
                     _undo(g, previous["meta"]["journal"])
                 groups, report = find_groups(g, cfg)
+                report.pop("_quarantine_ids")
+                report.pop("_quarantine_all")
                 raise _DryRun
         except _DryRun:
             pass
@@ -452,20 +557,43 @@ def integrate(g: Graph, cfg: IntegrateConfig | None = None) -> dict[str, Any]:
             _undo(g, previous["meta"]["journal"])
             c.execute("DELETE FROM documents WHERE format=?", (FORMAT,))
         groups, report = find_groups(g, cfg)
-        journal, counts = _merge(g, groups, cfg) if groups or cfg.filter_noise else ({}, {})
+        q_ids, q_all = report.pop("_quarantine_ids"), report.pop("_quarantine_all")
+        journal, counts = _merge(g, groups, cfg, q_ids) if groups or cfg.filter_noise or q_ids else ({}, {})
         report.update(counts)
         report["document"] = None
-        if groups or counts.get("noise_aliases_removed"):
+        if groups or counts.get("noise_aliases_removed") or counts.get("quarantined"):
             doc_id = "D" + content_hash(FORMAT, json.dumps(journal["canonical"], sort_keys=True), json.dumps(asdict(cfg), sort_keys=True),
-                                        g.conn.execute("SELECT COUNT(*), MAX(rowid) FROM documents").fetchone()[1])
-            meta = {"config": asdict(cfg), "report": {k: v for k, v in report.items() if k != "examples"}, "journal": journal}
+                                        json.dumps(q_ids), g.conn.execute("SELECT COUNT(*), MAX(rowid) FROM documents").fetchone()[1])
+            meta = {"config": asdict(cfg), "report": {k: v for k, v in report.items() if k not in ("examples", "quarantined_entities")},
+                    "quarantine": q_all, "journal": journal}
+            title = f"integration: {report['entities_merged']} entities merged into {report['groups']}"
+            if q_ids:
+                title += f", {len(q_ids)} noise-named entities quarantined"
             c.execute("INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                      (doc_id, "graph integrate", f"integration: {report['entities_merged']} entities merged into {report['groups']}",
-                       "derived", FORMAT, None, "ready", json.dumps(meta, ensure_ascii=False), _now()))
+                      (doc_id, "graph integrate", title, "derived", FORMAT, None, "ready", json.dumps(meta, ensure_ascii=False), _now()))
             report["document"] = doc_id
     report["replaced"] = previous["id"] if previous else None
     g.write_manifest("integrate", {"document": report["document"], "groups": report["groups"], "merged": report["entities_merged"]})
     return report
+
+
+def quarantined(g: Graph) -> dict[str, Any]:
+    """What the graph's integration quarantined: ``{document, entities: [{id, name, type, triples,
+    aliases: [...], triple_rows: [(head, relation, tail), ...]}]}`` read from its journal (empty when
+    not integrated)."""
+    doc = integration_document(g)
+    if doc is None:
+        return {"document": None, "entities": []}
+    listed = {q["id"]: dict(q) for q in doc["meta"].get("quarantine") or []}
+    removed = doc["meta"]["journal"].get("removed") or {}
+    for r in removed.get("aliases") or []:
+        if r[1] in listed:
+            listed[r[1]].setdefault("aliases", []).append({"alias": r[2], "kind": r[3]})
+    for r in removed.get("triples") or []:
+        for end in (r[1], r[3]):
+            if end in listed and [r[1], r[2], r[3]] not in listed[end].setdefault("triple_rows", []):
+                listed[end]["triple_rows"].append([r[1], r[2], r[3]])
+    return {"document": doc["id"], "entities": list(listed.values())}
 
 
 def reintegrate_if_integrated(g: Graph) -> dict[str, Any] | None:
@@ -494,6 +622,15 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"  ... {report['groups'] - 10} more groups (see --json)")
     for big in report.get("too_large", []):
         lines.append(f"  left alone: a group of {big['size']} (over max_group): " + ", ".join(x["name"] for x in big["members"][:5]) + " ...")
+    if report.get("cross_type"):
+        lines.append(f"  merged across types: {report['cross_type']} groups hold entities of more than one type")
+        for grp in report.get("cross_type_groups", [])[:5]:
+            lines.append("    " + " = ".join(f"{m['name']} [{m['id']}, {m['type']}]" for m in grp["members"]))
+    if report.get("quarantined"):
+        verb = "would quarantine" if report.get("dry_run") else "quarantined"
+        names = ", ".join(repr(q["name"]) for q in report.get("quarantined_entities", [])[:8])
+        lines.append(f"  {verb} {report['quarantined']} entities whose every name is noise ({names}; {report['quarantined_triples']} triples)"
+                     + ("; list them with `bencao graph integrate --quarantined`" if not report.get("dry_run") else ""))
     if report.get("noise_names_total"):
-        lines.append(f"  entities with noise names (never merged on their name): {report['noise_names_total']}")
+        lines.append(f"  entities with a noise name and another name (kept, never merged on the noise name): {report['noise_names_total']}")
     return "\n".join(lines)

@@ -42,12 +42,12 @@ def add_is_a(b: DocumentBuilder, child: str, parent: str) -> None:
     b.triple(child, "is_a", parent, confidence=1.0, layer="imported", origin="ontology")
 
 
-@register("foodon-jsonl", kind="ontology", description="ontology terms as JSONL: id, label, synonyms, parents, definition (FoodOn slice)")
+@register("foodon-jsonl", kind="ontology", description="ontology terms as JSONL: id, label, synonyms, parents, definition, xrefs (FoodOn slice)")
 def load_foodon_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     b.relation("is_a", "subclass of (ontology hierarchy)")
     terms: list[tuple[int, dict[str, Any]]] = []
     for lineno, rec in iter_jsonl(path, required=("id", "label")):
-        for key in ("synonyms", "parents"):
+        for key in ("synonyms", "parents", "xrefs"):
             val = rec.get(key) or []
             if not isinstance(val, list) or not all(isinstance(v, str) for v in val):
                 raise InputError(path, f"'{key}' must be a list of strings", record=f"line {lineno}")
@@ -59,6 +59,7 @@ def load_foodon_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -
         set_record(f"line {lineno}")
         curie = str(rec["id"]).strip()
         aliases = [(s, "synonym") for s in rec.get("synonyms") or []]
+        aliases += [(x.strip(), "xref") for x in rec.get("xrefs") or [] if x.strip()]  # database cross-references / exactMatch ids
         aliases.append((curie, "xref"))
         b.entity(rec["label"], type_of_curie(curie), id=curie, layer="terminology", defines=True, description=rec.get("definition") or None,
                  aliases=aliases, attributes={"ontology": curie.split(":", 1)[0]} if ":" in curie else None)

@@ -95,6 +95,7 @@ class Retriever:
                 return
             detail = {k: v for k, v in (("selector_rationale", link.selector_rationale), ("scorer_rationale", link.scorer_rationale),
                                         ("synonyms", link.synonyms or None), ("first_pass", link.first_pass), ("retried", link.retried),
+                                        ("alternatives", link.alternatives or None),
                                         ("mention_type", mtype)) if v}
             if not verbatim:
                 detail["verbatim"] = False  # the understanding stage's name for it, not the question's words
