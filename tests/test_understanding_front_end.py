@@ -197,3 +197,28 @@ def test_patient_block_words_read_through_the_case_lexicon():
     # what the lexicon does not know is left out, never an error that stops retrieval
     assert patient_info({"age_group": "不详", "sex": "未知", "history": "高血压"}) == PatientInfo(None, None, None, ["高血压"])
     assert patient_info(None).is_empty()
+
+
+def test_a_rejected_keyword_link_keeps_the_scorers_alternatives():
+    """The scorer's alternatives (FoodOntoRAG) reach the keyword's LinkResult as they reach a mention's."""
+    from types import SimpleNamespace
+
+    from bencao.retrieval.search.keywords import link_keyword
+
+    alts = [{"id": "E2", "label": "阴虚质", "explanation": "the constitution, not the symptom"}]
+
+    class Linker:
+        cfg = SimpleNamespace(tau=0.5)
+        g = None
+
+        def _candidates(self, keyword, context=None):
+            return [{"id": "E1", "label": "阴虚火旺"}, {"id": "E2", "label": "阴虚质"}]
+
+        def _choose(self, keyword, context, cands):
+            return {"id": "E1", "confidence": 0.2, "rationale": "a syndrome, not what was asked", "alternatives": alts}
+
+        def _report(self, c):
+            return dict(c)
+
+    res = link_keyword(Linker(), "阴虚")
+    assert res.abstained and res.alternatives == alts

@@ -24,7 +24,8 @@ def link_keyword(linker: EntityLinker, keyword: str, context: str | None = None,
     choice = linker._choose(keyword, context, cands) if cands else None
     report = [linker._report(c) for c in cands]
     extra = {"selector_rationale": choice.get("selector_rationale") if choice else None,
-             "scorer_rationale": choice.get("scorer_rationale") if choice else None}
+             "scorer_rationale": choice.get("scorer_rationale") if choice else None,
+             "alternatives": list(choice.get("alternatives") or []) if choice else []}  # the scorer's, when it rejected the choice
     tau = linker.cfg.tau
     if choice is None or choice.get("abstain") is True or choice["confidence"] < tau:
         why = f"{choice['rationale']}; confidence {choice['confidence']:.2f} < tau {tau}" if choice else "no candidate"
