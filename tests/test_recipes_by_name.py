@@ -114,3 +114,26 @@ def test_progress_prints_plain_lines_off_a_terminal():
         p("done", 3, 3)
     lines = buf.getvalue().splitlines()
     assert [line.split(" (")[0] for line in lines] == ["build a.txt 0/3", "build b.txt 2/3", "build done 3/3"]
+
+
+def test_train_plan_of_a_shipped_recipe_never_waits_on_the_hub(tmp_path, monkeypatch, capsys):
+    """Online mode (no HF_HUB_OFFLINE) on a machine without the model: the shipped architecture is read, the hub
+    is never asked (without network it retried for half a minute and then failed)."""
+    import transformers
+
+    monkeypatch.chdir(tmp_path)
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty hub cache
+    real = transformers.AutoConfig.from_pretrained
+    asked: list[str] = []
+
+    def local_only(name, *a, **kw):
+        asked.append(str(name))
+        assert Path(str(name)).exists(), f"asked the hub for {name}"
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", local_only)
+    assert main(["train", "plan", "--config", "sft/qwen2.5-7b-instruct/lora_zero2"]) == 0
+    assert "7.78 B parameters" in capsys.readouterr().out
+    assert asked and asked[0].endswith("architecture")

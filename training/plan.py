@@ -83,13 +83,19 @@ def plan(config: str | Path, overrides: Sequence[str] = (), num_gpus: int = 8, n
 
     if model_config is None:
         # A shipped recipe carries its model's architecture (config.json, no weights) beside it, so a plan
-        # needs neither the weights nor the hub; a model that is there locally is read as it is.
+        # needs neither the weights nor the hub; a model that is there locally (a path, the hub cache) is
+        # read as it is. Online or offline: a machine without network access must not wait on the hub.
         beside = resolve_shipped(config).parent / "architecture"
-        try:
-            resolve_model(str(source))
-        except ConfigError:
-            if (beside / "config.json").is_file():
-                model_config = beside
+        if (beside / "config.json").is_file():
+            from bencao.models import _local_snapshot
+
+            try:
+                resolved: str | None = resolve_model(str(source))
+            except ConfigError:
+                resolved = None
+            if resolved is None or not Path(resolved).exists():
+                snap = _local_snapshot(str(source))
+                model_config = snap if snap and (Path(snap) / "config.json").is_file() else beside
     try:
         cfg = AutoConfig.from_pretrained(str(model_config) if model_config else resolve_model(str(source)))
     except OSError as exc:
