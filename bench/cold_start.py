@@ -2,7 +2,7 @@
 LLM-free answer, and a `bencao serve` process after it answered a question set over HTTP.
 
     python bench/cold_start.py --graph graphs/classics --runs 3 \\
-        --question "山药的功效是什么？" --questions ../shared/data/dev/tcmbench_mcq.jsonl --serve-n 50
+        --question "山药的功效是什么？" --questions data/dev/tcmbench_mcq.jsonl --serve-n 50
 
 Each `ask` run is a new interpreter (imports included) timed from spawn to exit; its peak RSS is the
 child's ``ru_maxrss``. ``--mcq`` also asks the first record of ``--questions`` with its options

@@ -7,7 +7,7 @@ Three arms over copies of one indexed graph, scored by the evaluation harness on
 - ``ones``: every triple's confidence set to 1 (the paper's ablation).
 
     .venv/bin/python bench/confidence_ablation.py --graph graphs/sample \
-        --bench ../shared/data/dev/tcmbench_mcq.jsonl --bench ../shared/data/dev/tcm_best4sdt_sd.jsonl \
+        --bench data/dev/tcmbench_mcq.jsonl --bench data/dev/tcm_best4sdt_sd.jsonl \
         --out out/confidence_ablation
 
 Prints a Markdown table (main metric per benchmark and arm) and writes it to ``OUT/table.md``.

@@ -1,7 +1,7 @@
 """Ingest of the real classics corpus through configs/graph/classics.yaml, appended to bench/RESULTS.md.
 
-    .venv/bin/python bench/corpus_ingest.py --root ../shared/data/corpus/tcm_ancient_books --graph /tmp/classics
-    .venv/bin/python bench/corpus_ingest.py --root ../shared/data/corpus/tcm_ancient_books --graph graphs/classics --with-index
+    .venv/bin/python bench/corpus_ingest.py --root data/corpus/tcm_ancient_books --graph /tmp/classics
+    .venv/bin/python bench/corpus_ingest.py --root data/corpus/tcm_ancient_books --graph graphs/classics --with-index
 
 Two figures from the same run:
 

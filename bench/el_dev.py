@@ -1,7 +1,7 @@
 """Entity-linking figure: strict Acc@1, abstention and retry rates on an `el` JSONL file.
 
     .venv/bin/python bench/el_dev.py --graph graphs/sample \
-        --data ../shared/data/dev/cafeteria_fcd_el.jsonl [--no-index] [--set linking.tau=0.6]
+        --data data/dev/cafeteria_fcd_el.jsonl [--no-index] [--set linking.tau=0.6]
 
 A hit is a top-1 ``chosen_id`` in ``gold_ids``; an abstention counts as a miss for Acc@1.
 Acc@1 is also reported on two fixed halves of the file (``half0``/``half1``: SHA-1 of the mention,

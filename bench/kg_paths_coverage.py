@@ -1,7 +1,7 @@
 """Coverage and path quality of the LLM-free kg-paths CoT teacher on benchmark files, hubs allowed vs excluded.
 
     .venv/bin/python bench/kg_paths_coverage.py --graph graphs/sample \
-        --bench ../shared/data/dev/tcmbench_mcq.jsonl --bench ../shared/data/dev/tcm_best4sdt_sd.jsonl [--results bench/RESULTS.md]
+        --bench data/dev/tcmbench_mcq.jsonl --bench data/dev/tcm_best4sdt_sd.jsonl [--results bench/RESULTS.md]
 
 Per file and setting (``hubs allowed``: ``hub_degree=0 hub_relation_fanin=0``, the teacher before hubs
 were excluded; ``hubs excluded``: the shipped defaults), in one run on the same linker:

@@ -1,7 +1,7 @@
 """The English embedder in the loop: IR before/after fine-tuning and dev entity linking, base vs fine-tuned MiniLM.
 
     .venv/bin/python bench/minilm_food.py --model runs/embed/minilm-food --work out/minilm-food \
-        [--graph graphs/sample] [--data ../shared/data/dev/cafeteria_fcd_el.jsonl] [--results bench/RESULTS.md]
+        [--graph graphs/sample] [--data data/dev/cafeteria_fcd_el.jsonl] [--results bench/RESULTS.md]
 
 - IR: the training record (``<model>/bencao_training.json``): InformationRetrievalEvaluator on the
   held-out pairs (split by entity group), base model before training vs the fine-tuned one.

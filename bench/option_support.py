@@ -14,7 +14,7 @@ Accuracy of the argmax (argmin for exception questions is not applied here) and 
 fixed halves of each file (SHA-1 of the record id), so a variant is chosen on one half and checked on
 the other. Dev files only; nothing here changes the product.
 
-    python bench/option_support.py --graph DIR --bench ../shared/data/dev/tcmbench_mcq.jsonl [--bench ...] [--limit N]
+    python bench/option_support.py --graph DIR --bench data/dev/tcmbench_mcq.jsonl [--bench ...] [--limit N]
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ corpus, normalised by ``norm_key`` as the index sees them. Reports: share of lin
 identically, token-boundary precision/recall of rjieba against jieba, and characters per second
 of each (interleaved blocks, same process).
 
-    python bench/segmenter.py --corpus ../shared/data/corpus/tcm_ancient_books --lines 20000 \\
+    python bench/segmenter.py --corpus data/corpus/tcm_ancient_books --lines 20000 \\
         --words data/sample/mfh_catalog/mfh_catalog_106.csv --titles
 """
 

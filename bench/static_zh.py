@@ -1,7 +1,7 @@
 """The Chinese static embedder in the loop: encode speed vs MiniLM, and dev evidence/accuracy BM25-only vs hybrid.
 
     .venv/bin/python bench/static_zh.py --graph G --model runs/embed/static-zh \
-        --bench ../shared/data/dev/tcmbench_mcq.jsonl --bench ../shared/data/dev/tcm_best4sdt_sd.jsonl \
+        --bench data/dev/tcmbench_mcq.jsonl --bench data/dev/tcm_best4sdt_sd.jsonl \
         [--out out/static-zh] [--limit N] [--results bench/RESULTS.md]
 
 The graph is indexed (written) by this script: use a graph of your own or a copy.
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report["speed"]), flush=True)
     report["eval"] = {}
     if not args.bench:
-        print("no --bench files: evaluation skipped (the dev files live in ../shared/data/dev/)", flush=True)
+        print("no --bench files: evaluation skipped (pass --bench FILE; make train-demo DEV=FOLDER: docs/evaluation.md)", flush=True)
     for label in ("bm25", "hybrid") if args.bench else ():
         state = set_index_state(args.graph, args.model, dense=label == "hybrid")
         t0 = time.time()

@@ -1,7 +1,7 @@
 """`make eval-corpus` on a two-book slice (CI's smoke test of the corpus run) and `graph build --skip-current`.
 
 The slice is two books copied at test time into a temporary folder given as CORPUS: from the real
-corpus (``../shared/data/corpus/tcm_ancient_books``, the Makefile's default) when it is there, else
+corpus (``../shared/data/corpus/tcm_ancient_books``, this project's machines; outside the product) when it is there, else
 the same two books of the bundled sample. The make target runs exactly as a user runs it (the
 classics recipe with every index, then the LLM-free evaluation) on three records written here.
 """
