@@ -91,7 +91,7 @@ def plan_cmd(
     overrides: Optional[list[str]] = OVERRIDES,
     num_gpus: int = typer.Option(8, "--num-gpus", help="GPUs per node."),
     num_nodes: int = typer.Option(1, "--num-nodes", help="Nodes."),
-    model_config: Optional[Path] = typer.Option(None, "--model-config", help="config.json of the model (default: from model_name_or_path)."),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help="config.json of the model (default: the model on disk, else the architecture a shipped recipe carries, else the hub)."),
 ) -> None:
     """Per-GPU memory estimate of the recipe's ZeRO stage (DeepSpeed's estimators + LoRA accounting)."""
     from bencao.training.plan import plan, render
