@@ -137,3 +137,16 @@ def test_train_plan_of_a_shipped_recipe_never_waits_on_the_hub(tmp_path, monkeyp
     assert main(["train", "plan", "--config", "sft/qwen2.5-7b-instruct/lora_zero2"]) == 0
     assert "7.78 B parameters" in capsys.readouterr().out
     assert asked and asked[0].endswith("architecture")
+
+
+def test_train_sft_by_name_hands_accelerate_the_shipped_recipe_file(tmp_path, monkeypatch, capsys):
+    """`bencao train sft --config sft/qwen2.5-7b-instruct/lora_zero2` from any folder: the workers get the packaged
+    recipe's path (the name was made absolute against the working directory, a file that does not exist)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["train", "sft", "--config", "sft/qwen2.5-7b-instruct/lora_zero2", "--dry-run"]) == 0
+    cmd = capsys.readouterr().out.split()
+    recipe = Path(cmd[cmd.index("--config") + 1])
+    assert recipe.is_file() and recipe == resolve("sft/qwen2.5-7b-instruct/lora_zero2")
+    for flag in ("--config_file", "--deepspeed_config_file"):
+        assert Path(cmd[cmd.index(flag) + 1]).is_file(), flag

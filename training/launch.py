@@ -91,5 +91,9 @@ def run(cmd: Sequence[str], grace_s: float | None = None) -> tuple[int, int | No
 
 
 def script_argv(config: str | Path | None, overrides: Sequence[str]) -> list[str]:
-    out = ["--config", str(Path(config).resolve())] if config else []
+    """The training script's arguments under accelerate: the recipe as an absolute path to an existing file
+    (a shipped recipe's name, ``sft/qwen2.5-7b-instruct/lora_zero2``, becomes the packaged file's path)."""
+    from bencao.training.args import resolve_shipped
+
+    out = ["--config", str(resolve_shipped(config, "configs/sft", (".yaml", ".yml")))] if config else []
     return out + list(overrides)
