@@ -213,7 +213,7 @@ def _link_embedder(g, retrieval_config: Optional[Path], sets: Optional[list[str]
     """(embedder handle or None, note): the given recipe's embedder; else the graph's index embedder
     when it reads the layers' language; else, for Chinese layers, the trained static-zh model."""
     from bencao.retrieval.index import open_indexes
-    from bencao.retrieval.index.build import recorded_index_config
+    from bencao.retrieval.index.build import _adopt_recorded_embedder, recorded_index_config
     from bencao.retrieval.index.embedder import embedder_id
     from bencao.retrieval.search.config import load_retrieval_config
     from bencao.retrieval.search.layers import LinkEmbedder
@@ -222,6 +222,7 @@ def _link_embedder(g, retrieval_config: Optional[Path], sets: Optional[list[str]
     recorded = recorded_index_config(g) if (g.dir / "index").exists() else None
     if retrieval_config or sets:
         cfg = load_retrieval_config(retrieval_config, list(sets or [])).index
+        _adopt_recorded_embedder(cfg, recorded)  # a recipe naming no model means the index's (else MiniLM)
         if recorded is not None and embedder_id(recorded.embedder) == embedder_id(cfg.embedder):
             return open_indexes(g, cfg), None
         return LinkEmbedder(g, cfg), None

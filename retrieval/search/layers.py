@@ -57,7 +57,7 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
         raise BencaoError(f"no entity of layer {' or '.join(map(repr, missing))} in {g.dir}; layers here: {', '.join(known)}")
     exact = _exact_pairs(g, source_layer, target_layer)
     report: dict[str, Any] = {"source": len(src_ids), "target": len(tgt_ids), "exact": len(exact), "dense": 0, "source_unreadable": 0,
-                              "target_unreadable": 0, "embedder": ix.cfg.embedder.model if ix is not None else None,
+                              "target_unreadable": 0, "embedder": ix.cfg.embedder.model_name if ix is not None else None,
                               "languages": list(ix.cfg.embedder.languages) if ix is not None else [], "links": 0, "document": None}
     pairs: dict[tuple[str, str], float] = {p: 1.0 for p in exact}
     matched = {s for s, _ in exact}
@@ -115,7 +115,7 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
 
 
 #: Entity types that name the same kind of thing across layers (a book's symptom, a case's disease ...).
-TYPE_GROUPS = {"disease information": ("symptom", "sign", "disease", "syndrome", "tongue", "coating", "pulse"),
+TYPE_GROUPS = {"disease information": ("symptom", "sign", "finding", "disease", "syndrome", "tongue", "coating", "pulse"),
                "materia medica": ("substance", "herb", "food", "supplement_ingredient", "ingredient", "chemical", "nutrient"),
                "prescription": ("dish", "formula", "recipe")}
 
