@@ -123,6 +123,51 @@ def classify(
         typer.echo(f"document {report['document']} (remove with `bencao graph remove {report['document']} --graph {graph}`)")
 
 
+@cases_app.command("terms")
+def terms(
+    graph: Path = GRAPH,
+    config: Optional[Path] = CONFIG,
+    set_: Optional[list[str]] = SET,
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON report."),
+) -> None:
+    """LLM case terms: the recipe's `llm` reads each case record; the symptoms, diseases, syndromes, formulas and herbs it names become case-layer entities.
+
+    Ingestion already split every record into case terms by the rule lexicon; this adds what the LLM
+    finds (only terms written in the record), as one derived document replaced by the next run.
+    Then link them: `bencao graph link-layers --source terminology --target case`.
+    """
+    from rich.progress import Progress
+
+    from bencao.errors import ConfigError
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.graph.versions import writer_lock
+    from bencao.retrieval.search.case_terms import extract_case_terms
+
+    cfg = _cfg(config, set_)
+    if cfg.llm is None:
+        raise ConfigError("graph cases terms needs an llm block (e.g. --set llm.model=... --set llm.base_url=...); "
+                          "without one the rule lexicon's case terms, made when the cases were added, are all there is")
+    from bencao.llm import make_client
+
+    client = make_client(cfg.llm, default_cache=graph / "cache" / "llm_cache.sqlite")
+    llm = lambda prompt: client.complete([{"role": "user", "content": prompt}], **cfg.llm.params()).text  # noqa: E731
+    with writer_lock(graph), Graph.open(graph) as g:
+        with Progress(transient=True) as prog:
+            task = prog.add_task("reading case records", total=None)
+            report = extract_case_terms(g, llm, progress=lambda i, n: prog.update(task, completed=i, total=n))
+        if report.get("document"):
+            from bencao.retrieval.index import refresh_indexes
+
+            refresh_indexes(g)
+    if as_json:
+        typer.echo(json.dumps(report, ensure_ascii=False, indent=2))
+        return
+    typer.echo(f"{report['terms']} case terms from {report['read']} of {report['cases']} records ({report['new_triples']} not found by the rules)"
+               + (f"; document {report['document']}" if report["document"] else ""))
+    if report["unreadable"]:
+        typer.echo(f"  {len(report['unreadable'])} record(s) left to their rule terms (unreadable reply): {', '.join(report['unreadable'][:10])}")
+
+
 @cases_app.command("therapy")
 def therapy(
     question: str = typer.Argument(..., help="The consultation: patient and complaint, e.g. '女，68岁，有高血压史。口干多饮，小便频数。'"),
@@ -160,46 +205,79 @@ def therapy(
         typer.echo(f"note: {note}")
 
 
+#: The Chinese embedder the project trains (configs/embed/static-zh.yaml): link-layers' default for Chinese layers.
+STATIC_ZH = "retrieval/static-zh"
+
+
+def _link_embedder(g, retrieval_config: Optional[Path], sets: Optional[list[str]], layers: tuple[str, str]):
+    """(embedder handle or None, note): the given recipe's embedder; else the graph's index embedder
+    when it reads the layers' language; else, for Chinese layers, the trained static-zh model."""
+    from bencao.retrieval.index import open_indexes
+    from bencao.retrieval.index.build import _adopt_recorded_embedder, recorded_index_config
+    from bencao.retrieval.index.embedder import embedder_id
+    from bencao.retrieval.search.config import load_retrieval_config
+    from bencao.retrieval.search.layers import LinkEmbedder
+    from bencao.text import has_cjk
+
+    recorded = recorded_index_config(g) if (g.dir / "index").exists() else None
+    if retrieval_config or sets:
+        cfg = load_retrieval_config(retrieval_config, list(sets or [])).index
+        _adopt_recorded_embedder(cfg, recorded)  # a recipe naming no model means the index's (else MiniLM)
+        if recorded is not None and embedder_id(recorded.embedder) == embedder_id(cfg.embedder):
+            return open_indexes(g, cfg), None
+        return LinkEmbedder(g, cfg), None
+    q = ",".join("?" * len(layers))
+    chinese = any(has_cjk(r[0]) for r in g.conn.execute(f"SELECT name FROM entities WHERE layer IN ({q}) AND type != 'case'", layers))
+    lang = "zh" if chinese else "en"
+    if recorded is not None and recorded.embedder.embeds(lang):
+        return open_indexes(g), None
+    if chinese:
+        cfg = load_retrieval_config(STATIC_ZH, []).index
+        if Path(cfg.embedder.model).exists():
+            return LinkEmbedder(g, cfg), None
+        return None, (f"no embedder here reads Chinese, so only exact name links were made; train the static-zh embedder "
+                      f"(`bencao data pairs --graph {g.dir} --output PAIRS` then `bencao train embedder --config embed/static-zh "
+                      f"train_file=PAIRS/train.jsonl output_dir={cfg.embedder.model}`) and run again, or give --config")
+    return None, "no index and no --config: only exact name links were made (give --config RECIPE for embedding links)"
+
+
 def link_layers_command(
     graph: Path = GRAPH,
     source: str = typer.Option(..., "--source", help="Layer whose entities are linked (e.g. terminology)."),
-    target: str = typer.Option(..., "--target", help="Layer linked to (e.g. case)."),
+    target: str = typer.Option(..., "--target", help="Layer linked to (e.g. case: its case terms; case records are never linked)."),
     delta: float = typer.Option(0.35, "--delta", help="Link when the cosine distance to the nearest target entity is below this."),
-    retrieval_config: Optional[Path] = cliopts.config(f"Retrieval {cliopts.RECIPE}, whose `index` block names the embedder (default: the one "
-                                                      "the graph's index was built with)."),
-    set_: Optional[list[str]] = cliopts.overrides("key=value override of the retrieval recipe (repeatable), e.g. -s index.embedder.languages=[en,zh]."),
+    retrieval_config: Optional[Path] = cliopts.config(f"Retrieval {cliopts.RECIPE}, whose `index` block names the embedder (default: the "
+                                                      "graph's index embedder when it reads the layers' language, else for Chinese "
+                                                      "layers retrieval/static-zh, the embedder `make train-demo` trains)."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the retrieval recipe (repeatable), e.g. -s index.embedder.model=runs/embed/static-zh."),
 ) -> None:
-    """MLKG-RAG's cross-layer links: each source entity → its nearest target entity when closer than δ.
+    """MLKG-RAG's cross-layer links: each source entity → the target entities of the same name, else its nearest target entity when closer than δ.
 
-    Texts are embedded through the index's embedding cache. The default embedder (MiniLM, English
-    only) cannot read Chinese entities: they are skipped and counted; use a multilingual embedder
-    (configs/retrieval/multilingual.yaml) to link them. Replaces the previous links of the pair.
+    Case records are linked through their case terms (symptoms, diseases, formulas, herbs). Names and
+    aliases are matched first (traditional = simplified); the rest are embedded (through an
+    embedding cache) with the recipe's embedder, by default the graph's index embedder when it reads
+    the layers' language, else for Chinese layers the trained static-zh model (configs/retrieval/static-zh.yaml);
+    with none, only the exact links are made. Replaces the previous links of the pair.
     """
-    from bencao.errors import BencaoError
     from bencao.retrieval.graph.store import Graph
-    from bencao.retrieval.index import open_indexes
-    from bencao.retrieval.search.config import load_retrieval_config
+    from bencao.retrieval.graph.versions import writer_lock
     from bencao.retrieval.search.layers import link_layers
 
-    from bencao.retrieval.graph.versions import writer_lock
-
     with writer_lock(graph), Graph.open(graph) as g:  # one writer at a time
-        if set_ or retrieval_config:
-            ix = open_indexes(g, load_retrieval_config(retrieval_config, list(set_ or [])).index)
-        elif (g.dir / "index").exists() or (g.dir / "lexical").exists():
-            ix = open_indexes(g)
-        else:
-            raise BencaoError(f"{graph}: no index (the embedder is recorded there); build one with `bencao graph index --graph {graph}` or give --config")
+        ix, note = _link_embedder(g, retrieval_config, set_, (source, target))
         from rich.console import Console
 
         con = Console(stderr=True)
         with con.status(f"linking {source} → {target} ..."):
             report = link_layers(g, ix, source_layer=source, target_layer=target, delta=delta)
-    typer.echo(f"{report['links']} links {source} → {target} (δ={delta}) with {report['embedder']}: "
-               f"{report['source']} source and {report['target']} target entities readable by the embedder"
+    typer.echo(f"{report['links']} links {source} → {target} (δ={delta}): {report['exact']} by name, {report['dense']} by embedding with "
+               f"{report['embedder'] or 'no embedder'}; {report['source']} source and {report['target']} target entities"
                + (f"; document {report['document']}" if report["document"] else ""))
+    reads_zh = bool({"zh", "*"} & set(report["languages"]))
     for side, layer in (("source", source), ("target", target)):
         if report[f"{side}_unreadable"]:
             typer.echo(f"  skipped {report[f'{side}_unreadable']} {layer} entities the embedder cannot read (its languages: "
-                       f"{', '.join(report['languages'])}); link Chinese entities with a multilingual embedder, e.g. "
-                       f"--config configs/retrieval/multilingual.yaml (bge-m3)")
+                       f"{', '.join(report['languages'])})" + ("" if reads_zh else f"; for Chinese use --config {STATIC_ZH} (trained on "
+                                                                             "CPU: docs/cases.md) or configs/retrieval/multilingual.yaml (bge-m3)"))
+    if note:
+        typer.echo(f"note: {note}")

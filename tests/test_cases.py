@@ -99,9 +99,10 @@ def test_cases_loader_one_chunk_per_patient(case_graph):
     assert {"presents", "treated_with"} <= set(rel)
     presents = sorted(t["tail"] for t in g.triples_of(c1["id"], "out", "presents"))
     assert presents == sorted(["消渴", "口干", "小便数"])  # 舌焦 is neither in the lexicon nor a name this graph knows
-    # 消渴 and 口干 are the book's own entities; the dish is the graph's 萝卜粥
-    assert g.find_entity_id("消渴") in {t["tail_id"] for t in g.triples_of(c1["id"], "out", "presents")}
-    assert rel["treated_with"]["tail_id"] == g.find_entity_id("萝卜粥")
+    # the record's terms are case-layer entities (the book's 消渴 is reached by `graph link-layers`), the dish one the graph knows
+    tails = g.get_entities(t["tail_id"] for t in g.triples_of(c1["id"], "out"))
+    assert all(e["layer"] == "case" for e in tails.values()) and g.find_entity_id("消渴") not in tails
+    assert (tails[rel["treated_with"]["tail_id"]]["name"], tails[rel["treated_with"]["tail_id"]]["type"]) == ("萝卜粥", "dish")
     snip = g.snippets_of_triple(rel["presents"]["id"])[0]
     assert snip["text"].startswith("病例 ex001（女，青年，37岁；既往：慢性胃炎）") and "治疗：萝卜粥" in snip["text"]
     # dialogue records: the turns are the text
@@ -195,31 +196,34 @@ def test_therapy_without_classification_says_why(tmp_path):
 
 
 def test_link_layers_with_an_embedder_that_reads_chinese(case_graph):
-    """With an embedder that reads Chinese the case layer is linked; with English MiniLM the Chinese
-    entities are skipped and counted."""
+    """With an embedder that reads Chinese the case layer is linked through its case terms (never
+    whole records); with English MiniLM the Chinese entities are skipped and counted."""
     from bencao.retrieval.index import open_indexes, update_indexes
 
     _hashing_embedder()
     g = case_graph
     b = g.builder(source="terms", kind="ontology", format="test-terms", content_key="terms")
-    b.entity("消渴病", "term", layer="terminology", description="口渴多饮、小便频数的病证。")
-    b.entity("中风病", "term", layer="terminology", description="猝然昏仆，口眼斜，半身不遂。")
+    b.entity("消渴病", "disease", layer="terminology", description="口渴多饮、小便频数的病证。")
+    b.entity("中风病", "disease", layer="terminology", description="猝然昏仆，口眼斜，半身不遂。")
     g.commit(b)
     update_indexes(g, HASHING)
     ix = open_indexes(g, HASHING)
     report = link_layers(g, ix, source_layer="terminology", target_layer="case", delta=0.9)
-    assert report["source"] == 2 and report["target"] > 60 and report["source_unreadable"] == 0 and report["links"] >= 1
+    n_terms = g.conn.execute("SELECT COUNT(*) FROM entities WHERE layer='case' AND type != 'case'").fetchone()[0]
+    assert report["source"] == 2 and report["target"] == n_terms >= 10 and report["source_unreadable"] == 0
+    assert (report["exact"], report["dense"], report["links"]) == (0, 2, 2)
     first_doc = report["document"]
     again = link_layers(g, ix, source_layer="terminology", target_layer="case", delta=0.9)  # replaces, no duplicate document
     assert len([d for d in g.documents() if d["format"] == "layer-links"]) == 1 and again["links"] == report["links"]
     assert again["document"] == first_doc or first_doc in again["replaced"]
     classify_cases(g, ix, CasesConfig(similarity="dense"))  # the hashing vectors read Chinese: dense works
-    # 消渴病's nearest case is ex046 (消渴、口干、小便频数): the therapy result carries the explanation
-    linked = {g.get_entity(d)["name"]: g.get_entity(s)["name"] for s, d in g.conn.execute("SELECT src_id, dst_id FROM links WHERE kind='explains'")}
-    assert linked.get("病例 ex046") == "消渴病"
+    # 消渴病's nearest case-layer entity is the term 消渴 (no patient record is a link end)
+    linked = {g.get_entity(s)["name"]: g.get_entity(d) for s, d in g.conn.execute("SELECT src_id, dst_id FROM links WHERE kind='explains'")}
+    assert (linked["消渴病"]["name"], linked["消渴病"]["layer"]) == ("消渴", "case") and linked["中风病"]["name"] == "中风"
+    assert all(e["type"] != "case" for e in linked.values())
     res = case_therapy(g, ix, "口干多饮，小便频数", CasesConfig(similarity="dense", k_cases=60))
     assert res.similarity == "dense"
-    ex046 = next(c for c in res.cases if c["name"] == "病例 ex046")
+    ex046 = next(c for c in res.cases if c["name"] == "病例 ex046")  # 消渴、口干、小便频数: explained through its term 消渴
     assert [e["name"] for e in ex046["explanations"]] == ["消渴病"] and ex046["explanations"][0]["description"].startswith("口渴多饮")
 
 
@@ -229,8 +233,10 @@ def test_link_layers_reports_what_minilm_cannot_read(case_graph):
     g = case_graph
     ix = open_indexes(g, {"kinds": [], "dense_kinds": [], "shared_cache": False})
     report = link_layers(g, ix, source_layer="classification", target_layer="case", delta=0.35)
-    assert report["links"] == 0 and report["source"] == 0 and report["source_unreadable"] == 30
-    assert report["languages"] == ["en"]
+    # class names written as case terms (消渴, 中风 ...) link by name; MiniLM reads none of the others
+    assert report["exact"] > 0 and report["dense"] == 0 and report["source"] == 30
+    assert report["source_unreadable"] == 30 - len({s for s, _ in g.conn.execute("SELECT src_id, dst_id FROM links")})
+    assert report["languages"] == ["en"] and report["links"] == report["exact"]
     with pytest.raises(BencaoError, match="no entity of layer 'nope'"):
         link_layers(g, ix, source_layer="nope", target_layer="case")
 
@@ -269,10 +275,15 @@ def test_cli_cases_and_link_layers(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "level 2: 消渴" in out and "治疗：" in out
     assert main(["graph", "link-layers", "--graph", d, "--source", "terminology", "--target", "case"]) == 2
-    assert "no index" in capsys.readouterr().err
+    assert "no entity of layer 'terminology'" in capsys.readouterr().err
+    # no index, Chinese layers, no trained static-zh model here: the exact name links, and how to train one
+    assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case"]) == 0
+    out = capsys.readouterr().out
+    assert "4 links book → case" in out and "4 by name, 0 by embedding with no embedder" in out
+    assert "no embedder here reads Chinese" in out and "--config embed/static-zh" in out
     assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--set", "index.dense_kinds=[]"]) == 0
     out = capsys.readouterr().out
-    assert "0 links book → case" in out and "readable by the embedder" in out and "cannot read" in out and "multilingual" in out
+    assert "4 links book → case" in out and "cannot read" in out and "retrieval/static-zh" in out
 
 
 def test_retriever_adds_the_case_therapy_with_one_call(case_graph):

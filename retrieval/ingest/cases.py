@@ -11,12 +11,14 @@
 - macro: collection (the file) → one section per case → ONE snippet holding the whole case
   (patient line, dialogue or text, diagnosis, treatment).
 - micro: a ``case`` entity (layer ``case``; attributes ``case_id``, ``age_group``, ``sex``, ``age``,
-  ``history``, ``diagnosis``, ``treatment``: the patient index reads them); **disease information**
-  (symptoms, signs, tongue, pulse, diseases; the graph's own entity when it knows the name, else a
-  new entity of layer ``case``) as ``presents`` triples (0.8, the rules' confidence), ``diagnosed_as``
-  the stated diagnosis (1.0), ``treated_with`` the dishes/formulas/substances the treatment names
-  (0.9), all with the case snippet as provenance. Past history is patient information, not disease
-  information.
+  ``history``, ``diagnosis``, ``treatment``: the patient index reads them) and its **case terms**
+  (:mod:`bencao.retrieval.search.case_terms`), each an entity of layer ``case`` shared by every
+  record naming it: the **disease information** (symptoms, signs, tongue, pulse, diseases, found by
+  the lexicon and the graph's own names) as ``presents`` triples (0.8, the rules' confidence), the
+  stated diagnosis as ``diagnosed_as`` (1.0), the dishes/formulas/substances the treatment names as
+  ``treated_with`` (0.9), all with the case snippet as provenance. Past history is patient
+  information, not disease information. The terminology reaches the terms through
+  ``bencao graph link-layers`` (exact names first, then embeddings).
 - options: ``lexicon`` (a case lexicon YAML replacing the built-in one key by key), ``title``.
 
 ``disease-tree`` (YAML or CSV): a two-level disease classification (GB/T 16751.1-style first and
@@ -40,11 +42,12 @@ from bencao.io import check_name, content_hash, iter_jsonl, read_text, set_recor
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.csv_table import CsvTable
 from bencao.retrieval.ingest.registry import register
-from bencao.text import has_cjk, norm_key
+from bencao.text import has_cjk
 
 PRESENTS_CONFIDENCE = 0.8
-#: Entity types a treatment text may name (``treated_with``).
-TREATMENT_TYPES = ("dish", "formula", "substance", "herb", "food", "supplement_ingredient")
+#: relation → (confidence, triple layer, origin) of a rule term's triple
+_TERM_TRIPLE = {"presents": (PRESENTS_CONFIDENCE, "book", "rules:case"), "diagnosed_as": (1.0, "imported", "cases"),
+                "treated_with": (0.9, "imported", "cases")}
 _LIST_SPLIT = re.compile(r"[、，,；;|]")
 
 
@@ -103,6 +106,7 @@ def _patient_line(case_id: str, attrs: dict[str, Any], zh: bool) -> str:
 
 def _load_cases(b: DocumentBuilder, path: Path, options: dict[str, Any], rows: list[tuple[str, dict[str, Any]]]) -> None:
     from bencao.retrieval.search.case_entities import RuleUnderstander
+    from bencao.retrieval.search.case_terms import add_term, rule_terms
 
     und = RuleUnderstander(b.graph, options.get("lexicon"))
     lex = und.lex
@@ -175,42 +179,12 @@ def _load_cases(b: DocumentBuilder, path: Path, options: dict[str, Any], rows: l
         desc = "；".join(dict.fromkeys(d.text for d in disease)) if zh else "; ".join(dict.fromkeys(d.text for d in disease))
         case = b.entity(f"病例 {case_id}" if zh else f"case {case_id}", "case", id="CASE" + content_hash(b.document_id, case_id),
                         layer="case", attributes=attrs, description=(diagnosis + ("：" if zh else ": ") if diagnosis else "") + desc or None)
-        for d in disease:
-            ent = d.entity_id if d.entity_id and d.entity_id in b.entities else None
-            if ent is None and d.entity_id:
-                row = b.graph.get_entity(d.entity_id)
-                ent = b.entity(row["name"], row["type"], id=row["id"], layer=row["layer"]) if row else None
-            if ent is None:
-                ent = b.entity(d.text, d.category, layer="case")
-            b.triple(case, "presents", ent, confidence=PRESENTS_CONFIDENCE, layer="book", origin="rules:case", snippet=snip)
-            counts["presents"] += 1
-        if diagnosis:
-            b.triple(case, "diagnosed_as", b.entity(diagnosis, "disease", layer="case"), confidence=1.0, layer="imported",
-                     origin="cases", snippet=snip)
-            counts["diagnosed_as"] += 1
-        if treatment:
-            for ent in _treatment_entities(b, treatment):
-                b.triple(case, "treated_with", ent, confidence=0.9, layer="imported", origin="cases", snippet=snip)
-                counts["treated_with"] += 1
+        for term in rule_terms(und, b.graph, body, diagnosis=diagnosis, treatment=treatment, info=info):
+            conf, layer, origin = _TERM_TRIPLE[term.relation]
+            b.triple(case, term.relation, add_term(b, term), confidence=conf, layer=layer, origin=origin, snippet=snip)
+            counts[term.relation] += 1
         counts["cases"] += 1
     b.meta.update(counts)
-
-
-def _treatment_entities(b: DocumentBuilder, treatment: str) -> list[str]:
-    """Graph entities (dishes, formulas, substances) the treatment text names, longest match first."""
-    from bencao.retrieval.search.mentions import extract_mentions
-
-    out: list[str] = []
-    for m in extract_mentions(b.graph, treatment, {}, min_cjk_chars=2, limit=20):
-        rows = b.graph.conn.execute("SELECT e.id, e.name, e.type, e.layer FROM aliases a JOIN entities e ON e.id = a.entity_id "
-                                    "WHERE a.norm=? ORDER BY (a.kind='name') DESC, e.rowid", (norm_key(m),)).fetchall()
-        for eid, name, typ, layer in rows:
-            if typ in TREATMENT_TYPES:
-                ref = b.entity(name, typ, id=eid, layer=layer)
-                if ref not in out:
-                    out.append(ref)
-                break
-    return out
 
 
 @register("cases-jsonl", kind="case", options=("lexicon", "title"), extra_key=_lexicon_key,

@@ -49,7 +49,7 @@ class CasesConfig:
     tree: str | None = field(None, help="Document id or title of the disease tree (default: the most recently added one).")
     patient_fallback: bool = field(True, help="When no case of the leaf matches the patient filter, return the leaf's cases unfiltered (and say so).")
     llm_classifier: bool = field(False, help="classify: ask the LLM (llm block) to choose the leaf of each case; the rule decides when it names none.")
-    llm: LLMConfig | None = field(None, help="LLM client block (backend, model, base_url, ...) for llm_classifier.")
+    llm: LLMConfig | None = field(None, help="LLM client block (backend, model, base_url, ...) for llm_classifier and `graph cases terms` (LLM case-term extraction).")
 
 
 # --------------------------------------------------------------------------- patient index

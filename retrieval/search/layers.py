@@ -1,8 +1,8 @@
 """Two-layer knowledge graph (TCM MLKG-RAG): cross-layer links and top-down "therapy retrieval".
 
-``link_layers`` links each entity of one layer (e.g. clinical cases) to the nearest entity of the
-other layer (e.g. terminology with explanations) when their cosine distance is below ``delta``,
-stored as graph links (kind ``explains``) under a derived document, so ``graph remove`` of that
+``link_layers`` links each entity of one layer (e.g. terminology with explanations) to the entities
+of the other layer (e.g. the case terms of clinical records) with the same name or alias, else to
+the nearest one when their cosine distance is below ``delta``, stored as graph links (kind ``explains``) under a derived document, so ``graph remove`` of that
 document undoes them. At query time ``cross_layer`` follows the stored links of linked entities.
 
 ``therapy_retrieve`` treats the section tree as a classification tree: from the books (roots) it
@@ -26,14 +26,20 @@ from bencao.retrieval.evidence import SnippetHit
 
 def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delta: float = 0.35, kind: str = "explains",
                 progress: Callable[[str, int, int], None] | None = None) -> dict[str, Any]:
-    """Link ``source_layer`` entities to their nearest ``target_layer`` entity within cosine distance ``delta``.
+    """Link ``source_layer`` entities to ``target_layer`` entities: by name first, then by embedding.
 
-    Entity texts (name, aliases, definition: the dense index's own items) are embedded through the
-    index's embedding cache, so what `graph index` embedded is not embedded again. Entities the
-    embedder cannot read (Chinese under the default English MiniLM, ``index.embedder.languages:
-    [en]``) are skipped and counted (``*_unreadable``): use a multilingual embedder
-    (``configs/retrieval/multilingual.yaml``) to link them. A second run replaces the first run's
-    links between the same two layers (one derived document per layer pair).
+    Case records (entities of type ``case``) are never linked: the case layer is linked through the
+    terms its records name (:mod:`bencao.retrieval.search.case_terms`). A source entity whose name
+    or alias has the matching key (:func:`bencao.text.norm_key`: traditional = simplified) of a
+    target entity's name or alias is linked to every such target (score 1.0, ``exact``). Each other
+    source entity is linked to its nearest target entity of the same kind (:func:`type_group`:
+    symptoms with symptoms and diseases, herbs with foods and substances, dishes with formulas)
+    when their cosine distance is below ``delta`` (``dense``), with ``ix`` the embedder: anything with ``can_embed(text)`` and the
+    embedding cache of :func:`~bencao.retrieval.search.cases.embed_cached` (the graph's
+    :class:`~bencao.retrieval.index.Indexes`, or a :class:`LinkEmbedder`); ``ix=None`` makes the
+    exact links only. Entities the embedder cannot read (Chinese under the default English MiniLM)
+    are skipped and counted (``*_unreadable``). A second run replaces the first run's links between
+    the same two layers (one derived document per layer pair).
     """
     from bencao.retrieval.index.dense import DenseIndex
     from bencao.retrieval.index.items import entity_items
@@ -45,49 +51,61 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
     if not src_ids or not tgt_ids:
         known = sorted(r[0] for r in g.conn.execute("SELECT DISTINCT layer FROM entities"))
         missing = [n for n, ids in ((source_layer, src_ids), (target_layer, tgt_ids)) if not ids]
+        if all(n in known for n in missing):  # a case layer of records only: ingested before records were split into terms
+            raise BencaoError(f"layer {' and '.join(map(repr, missing))} of {g.dir} holds case records only, no case terms to link: "
+                              "remove the cases document and add it again (`bencao graph remove`, `bencao graph add`)")
         raise BencaoError(f"no entity of layer {' or '.join(map(repr, missing))} in {g.dir}; layers here: {', '.join(known)}")
-    items = [it for it in entity_items(g) if it.id in src_ids or it.id in tgt_ids]
-    readable = [it for it in items if ix.can_embed(it.text)]
-    src = [it for it in readable if it.id in src_ids]
-    tgt = [it for it in readable if it.id in tgt_ids]
-    report: dict[str, Any] = {"source": len(src), "target": len(tgt), "source_unreadable": len(src_ids) - len(src),
-                              "target_unreadable": len(tgt_ids) - len(tgt), "embedder": ix.cfg.embedder.model,
-                              "languages": list(ix.cfg.embedder.languages), "links": 0, "document": None}
-    if not src or not tgt:
-        return report
-    texts = [it.text for it in src + tgt]
-    if progress:
-        progress("embedding", 0, len(texts))
-    vecs = embed_cached(ix, texts)
-    if progress:
-        progress("embedding", len(texts), len(texts))
-    tindex = DenseIndex.build(vecs[len(src):], [t.id for t in tgt])
-    hits = tindex.search(vecs[: len(src)], 2)
-    key = content_hash(source_layer, target_layer, delta, kind, ix.embedder_id, *(s.id for s in src), *(t.id for t in tgt))
+    exact = _exact_pairs(g, source_layer, target_layer)
+    report: dict[str, Any] = {"source": len(src_ids), "target": len(tgt_ids), "exact": len(exact), "dense": 0, "source_unreadable": 0,
+                              "target_unreadable": 0, "embedder": ix.cfg.embedder.model_name if ix is not None else None,
+                              "languages": list(ix.cfg.embedder.languages) if ix is not None else [], "links": 0, "document": None}
+    pairs: dict[tuple[str, str], float] = {p: 1.0 for p in exact}
+    matched = {s for s, _ in exact}
+    if ix is not None:
+        items = [it for it in entity_items(g) if (it.id in src_ids and it.id not in matched) or it.id in tgt_ids]
+        readable = [it for it in items if ix.can_embed(it.text)]
+        src = [it for it in readable if it.id in src_ids]
+        tgt = [it for it in readable if it.id in tgt_ids]
+        report["source_unreadable"] = len(src_ids) - len(matched) - len(src)
+        report["target_unreadable"] = len(tgt_ids) - len(tgt)
+        if src and tgt:
+            texts = [it.text for it in src + tgt]
+            if progress:
+                progress("embedding", 0, len(texts))
+            vecs = embed_cached(ix, texts)
+            if progress:
+                progress("embedding", len(texts), len(texts))
+            types = {i: type_group(r[0]) for i, r in _types(g, [it.id for it in src + tgt]).items()}
+            for group in sorted({types[t.id] for t in tgt}):  # nearest of the same kind: a herb is no symptom's name
+                gs, gt = [i for i, it in enumerate(src) if types[it.id] == group], [j for j, it in enumerate(tgt) if types[it.id] == group]
+                if not gs:
+                    continue
+                hits = DenseIndex.build(vecs[len(src):][gt], [tgt[j].id for j in gt]).search(vecs[gs], 2)
+                for i, h in zip(gs, hits):
+                    best = next(((tid, cos) for tid, cos in h if tid != src[i].id), None)
+                    if best is not None and 1.0 - best[1] < delta:
+                        pairs[(src[i].id, best[0])] = round(float(best[1]), 4)
+                        report["dense"] += 1
+    key = content_hash(source_layer, target_layer, delta, kind, ix.embedder_id if ix is not None else "exact",
+                       *sorted(f"{s}>{t}:{v}" for (s, t), v in pairs.items()))
     b = g.builder(source=f"layer-links:{source_layer}->{target_layer}", kind="derived", format="layer-links", content_key=key,
                   title=f"{source_layer} → {target_layer} links (δ={delta})",
-                  meta={"source_layer": source_layer, "target_layer": target_layer, "delta": delta, "embedder": ix.embedder_id, "kind": kind})
-    n = 0
-    best = [next(((tid, cos) for tid, cos in h if tid != s.id), None) for s, h in zip(src, hits)]
-    ents = g.get_entities([s.id for s in src] + [x[0] for x in best if x])
-    for s, x in zip(src, best):
-        if x is None:
-            continue
-        tid, cos = x
-        if 1.0 - cos < delta:
-            for eid in (s.id, tid):
-                e = ents[eid]
-                b.entity(e["name"], e["type"], id=eid, layer=e["layer"])
-            b.link(s.id, tid, kind, round(float(cos), 4))
-            n += 1
-    report["links"] = n
+                  meta={"source_layer": source_layer, "target_layer": target_layer, "delta": delta, "exact": report["exact"],
+                        "dense": report["dense"], "embedder": ix.embedder_id if ix is not None else None, "kind": kind})
+    ents = g.get_entities({x for p in pairs for x in p})
+    for (sid, tid), score in pairs.items():
+        for eid in (sid, tid):
+            e = ents[eid]
+            b.entity(e["name"], e["type"], id=eid, layer=e["layer"])
+        b.link(sid, tid, kind, score)
+    report["links"] = len(pairs)
     old = [r[0] for r in g.conn.execute(
         "SELECT id FROM documents WHERE format='layer-links' AND json_extract(meta, '$.source_layer')=? AND json_extract(meta, '$.target_layer')=? "
         "AND id != ?", (source_layer, target_layer, b.document_id))]
     for doc_id in old:
         g.remove_document(doc_id)
     report["replaced"] = old
-    if n:
+    if pairs:
         g.commit(b)
         report["document"] = b.document_id
     from bencao.retrieval.index import refresh_indexes
@@ -96,8 +114,66 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
     return report
 
 
+#: Entity types that name the same kind of thing across layers (a book's symptom, a case's disease ...).
+TYPE_GROUPS = {"disease information": ("symptom", "sign", "finding", "disease", "syndrome", "tongue", "coating", "pulse"),
+               "materia medica": ("substance", "herb", "food", "supplement_ingredient", "ingredient", "chemical", "nutrient"),
+               "prescription": ("dish", "formula", "recipe")}
+
+
+def type_group(type_: str) -> str:
+    """The kind of thing an entity type names (:data:`TYPE_GROUPS`; any other type is its own kind).
+    Embedding links join entities of one kind only."""
+    return next((g for g, types in TYPE_GROUPS.items() if type_ in types), type_)
+
+
+def _types(g: Graph, ids: list[str]) -> dict[str, tuple[str]]:
+    out: dict[str, tuple[str]] = {}
+    for i in range(0, len(ids), 500):
+        chunk = ids[i:i + 500]
+        out.update({r[0]: (r[1],) for r in g.conn.execute(f"SELECT id, type FROM entities WHERE id IN ({','.join('?' * len(chunk))})", chunk)})
+    return out
+
+
 def _layer_ids(g: Graph, layer: str) -> set[str]:
-    return {r[0] for r in g.conn.execute("SELECT id FROM entities WHERE layer=?", (layer,))}
+    """Entities of ``layer`` that links may join: every one but the case records (type ``case``)."""
+    return {r[0] for r in g.conn.execute("SELECT id FROM entities WHERE layer=? AND type != 'case'", (layer,))}
+
+
+def _exact_pairs(g: Graph, source_layer: str, target_layer: str) -> list[tuple[str, str]]:
+    """(source, target) entity pairs sharing a matching key of a name or alias, in a stable order."""
+    rows = g.conn.execute(
+        "SELECT DISTINCT s.entity_id, t.entity_id FROM aliases t JOIN entities et ON et.id = t.entity_id "
+        "JOIN aliases s ON s.norm = t.norm JOIN entities es ON es.id = s.entity_id "
+        "WHERE et.layer=? AND et.type != 'case' AND es.layer=? AND es.type != 'case' AND s.entity_id != t.entity_id "
+        "ORDER BY es.rowid, et.rowid", (target_layer, source_layer)).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+class LinkEmbedder:
+    """An embedder for `graph link-layers` that needs no index of its own (e.g. the static-zh model
+    on a graph indexed with MiniLM): the model of an index configuration, its vectors cached in
+    ``<graph>/cache/link-embeddings/<embedder-id>/cache.sqlite`` (and the per-user shared cache)."""
+
+    def __init__(self, g: Graph, cfg: Any):
+        from bencao.retrieval.index.embedder import embedder_id
+
+        self.cfg = cfg
+        self.embedder_id = embedder_id(cfg.embedder)
+        self.dense_dir = g.dir / "cache" / "link-embeddings" / self.embedder_id
+        self.dense_dir.mkdir(parents=True, exist_ok=True)
+        self._embedder = None
+
+    def can_embed(self, text: str) -> bool:
+        from bencao.text import lang_of
+
+        return self.cfg.embedder.embeds(lang_of(text))
+
+    def embedder(self) -> Any:
+        from bencao.retrieval.index.embedder import get_embedder
+
+        if self._embedder is None:
+            self._embedder = get_embedder(self.cfg.embedder)
+        return self._embedder
 
 
 def cross_layer(g: Graph, entity_ids: list[str]) -> list[dict[str, Any]]:
@@ -299,8 +375,9 @@ def case_therapy(g: Graph, ix: Any, question: str, cfg: Any = None, *, patient: 
 
 
 def explanations(g: Graph, case_id: str) -> list[dict[str, Any]]:
-    """Terminology entities linked (``explains``, from `graph link-layers`) to a case or to its disease entities."""
-    ids = [case_id] + [r[0] for r in g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation IN ('presents', 'diagnosed_as')", (case_id,))]
+    """Terminology entities linked (``explains``, from `graph link-layers`) to a case or to its case terms."""
+    ids = [case_id] + [r[0] for r in g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation IN ('presents', 'diagnosed_as', "
+                                                    "'treated_with')", (case_id,))]
     out = []
     linked = [x for x in cross_layer(g, ids) if x["kind"] == "explains"]
     info = g.get_entities([x["id"] for x in linked])
