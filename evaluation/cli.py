@@ -53,7 +53,7 @@ def eval_command(
         raise BencaoError("--out DIR is required (unless --check)")
     name = system or "pipeline"
     extra = system_overrides(name) + (["answer.closed_book=true"] if no_retrieval else [])
-    cfg = load_config(config, [*extra, *(overrides or [])], llm, cot)
+    cfg = load_config(config, [*extra, *(overrides or [])], llm, cot, graph)
     from bencao.evaluation.runner import evaluate
 
     metrics = evaluate(benches, name, graph, out, cfg, limit=limit, restart=restart, progress=progress)

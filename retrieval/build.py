@@ -55,6 +55,9 @@ class GraphBuildConfig:
     repo: str | None = field(None, help="Where `repo:` paths resolve: empty = the files this bencao ships (its configs/ and data/, in a checkout or an installed wheel); a folder relative to this YAML file otherwise.")
     index: bool = field(True, help="Build the retrieval indexes after ingestion.")
     index_config: str | None = field(None, help="Index/retrieval recipe: a shipped name (retrieval/default), `repo:PATH`, or a path relative to `root`; the built-in defaults when empty.")
+    serving: str | None = field(None, help="Serving recipe the graph is meant to be served with (a shipped name such as serving/classics, `repo:PATH`, "
+                                           "or a path relative to `root`): recorded in the manifest, and what `ask`, `serve`, `infer` and "
+                                           "`eval` use on this graph when no --config is given.")
     options: dict[str, dict[str, Any]] = field(default_factory=dict, help="Loader options by format, applied to every source of that format "
                                                                           "over its own (e.g. options.books-txt.families=all on the command line).")
 
@@ -123,7 +126,7 @@ ProgressFn = Callable[[str, int, int], None]
 #: file reading): modules and packages, their ``.py`` and ``.sql`` files hashed into the build key.
 BUILD_CODE = ("bencao.retrieval.build", "bencao.retrieval.ingest", "bencao.retrieval.graph", "bencao.text", "bencao.io")
 #: Recipe settings that do not change the store (a current graph still gets its indexes brought up to date).
-_KEY_EXEMPT = ("index", "index_config")
+_KEY_EXEMPT = ("index", "index_config", "serving")
 
 
 def _file_digest(path: Path) -> str:
@@ -188,20 +191,23 @@ def build_graph(cfg: GraphBuildConfig, root: Path, graph_dir: str | Path, progre
     graph_dir.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     key = build_key(cfg, root, sources)
+    serving = serving_recipe(cfg, root)
     with writer_lock(graph_dir):
         recover(graph_dir)  # leftovers of killed builds
         if skip_current and current_build(graph_dir, key):
             with Graph.open(graph_dir) as g:
                 if cfg.index:
                     _build_indexes(g, cfg, root)
+                if g.read_manifest().get("serving") != serving:
+                    g.write_manifest("serving", {"recipe": serving}, serving=serving)
                 stats = g.stats()
             return {"graph": str(graph_dir), "seconds": round(time.perf_counter() - t0, 2), "documents": [], "stats": stats,
                     "skipped": True}
-        return _build_locked(cfg, root, graph_dir, sources, progress, key)
+        return _build_locked(cfg, root, graph_dir, sources, progress, key, serving)
 
 
 def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: list[ResolvedSource],
-                  progress: ProgressFn | None, key: str) -> dict[str, Any]:
+                  progress: ProgressFn | None, key: str, serving: str | None = None) -> dict[str, Any]:
     from bencao.retrieval.ingest.registry import ingest_file
 
     tmp = building_dir(graph_dir)
@@ -222,7 +228,7 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
                 progress("done", len(sources), len(sources))
             books = _book_report(g, tmp)
             g.write_manifest("build", {"recipe": cfg.name, "sources": len(sources), "seconds": round(time.perf_counter() - t0, 2)}, name=cfg.name,
-                             build={"key": key, "store": g.store_id(), "generation": g.generation()},
+                             build={"key": key, "store": g.store_id(), "generation": g.generation()}, serving=serving,
                              **({"books": books} if books else {}))
             fault("build.ingested")
             if cfg.index:
@@ -274,6 +280,22 @@ def _book_report(g: Graph, graph_dir: Path) -> dict[str, Any] | None:
     from bencao.retrieval.ingest.book_report import write_book_report
 
     return write_book_report(g.documents(), graph_dir)
+
+
+def serving_recipe(cfg: GraphBuildConfig, root: Path) -> str | None:
+    """What the manifest records of ``cfg.serving``: a shipped recipe's name as it is (it resolves in any
+    installation), anything else as an absolute path; None when the recipe names none. A name that
+    is neither a shipped recipe nor a file is refused before the build starts."""
+    if not cfg.serving:
+        return None
+    from bencao.recipes import find
+
+    if not cfg.serving.startswith("repo:") and find(cfg.serving) is not None and not (root / cfg.serving).exists():
+        return cfg.serving
+    p = resolve_path(cfg.serving, root, cfg.repo)
+    if not p.is_file():
+        raise BencaoError(f"serving: {cfg.serving!r} is neither a shipped recipe (`bencao recipes list`) nor a file ({p})")
+    return str(p.resolve())
 
 
 def _build_indexes(g: Graph, cfg: GraphBuildConfig, root: Path, progress: ProgressFn | None = None) -> None:

@@ -33,9 +33,17 @@ def llm_spec_overrides(prefix: str, spec: str | None) -> list[str]:
     return [f"{prefix}.backend=local-hf", f"{prefix}.model={spec}"]
 
 
-def load_config(config: Optional[Path], overrides: Optional[list[str]], llm: str | None = None, cot: str | None = None):  # noqa: ANN201
-    from bencao.serving.config import load_serve_config
+def load_config(config: Optional[Path], overrides: Optional[list[str]], llm: str | None = None, cot: str | None = None,  # noqa: ANN201
+                graph: Optional[Path] = None):
+    """The serving recipe: ``--config``; without it the one the graph's build recorded (the graph recipe's
+    ``serving``: ``graph/classics`` records ``serving/classics``), said on stderr; else all defaults."""
+    from bencao.serving.config import load_serve_config, recorded_serving_recipe
 
+    if config is None and graph is not None:
+        recorded = recorded_serving_recipe(graph)
+        if recorded is not None:
+            typer.echo(f"serving recipe: {recorded} (recorded by the graph's build; --config chooses another)", err=True)
+            config = recorded
     return load_serve_config(config, [*(overrides or []), *llm_spec_overrides("generator", llm), *llm_spec_overrides("cot.llm", cot)])
 
 
@@ -78,7 +86,7 @@ def ask(
         opts[k.strip()] = v.strip()
     kind = task or ("mcq" if opts else "rec" if candidate else "qa")
     query = Query(question, task=kind, options=opts or None, candidates=list(candidate) if candidate else None)
-    pipeline = open_pipeline(graph, load_config(config, set_, llm, cot))
+    pipeline = open_pipeline(graph, load_config(config, set_, llm, cot, graph))
     a = pipeline.run([query])[0]
     if a.error:
         raise BencaoError(f"the generator failed: {a.error}")
@@ -138,7 +146,7 @@ def serve(
     from bencao.serving.api import create_app, resolve_api_key
     from bencao.serving.guard import uvicorn_config
 
-    cfg = load_config(config, set_, llm, cot)
+    cfg = load_config(config, set_, llm, cot, graph)
     pipeline = open_pipeline(graph, cfg)
     h, p = host or cfg.api.host, port if port is not None else cfg.api.port
     key = resolve_api_key(cfg.api, api_key)
@@ -171,7 +179,7 @@ def infer(
     src = input_ or questions
     if src is None:
         raise BencaoError("give the questions file (argument or --input FILE)")
-    cfg = load_config(config, set_, llm, cot)
+    cfg = load_config(config, set_, llm, cot, graph)
     if batch_size is not None:
         cfg.infer.batch_size = batch_size
     read_questions(src)  # validate before loading models

@@ -184,6 +184,19 @@ def load_pipeline_config(cls: type, path: str | Path | None = None, overrides: l
     return cfg
 
 
+def recorded_serving_recipe(graph_dir: str | Path) -> str | None:
+    """The serving recipe a graph's build recorded (``manifest.json`` ``serving``: a shipped recipe's name
+    or an absolute path), None when it recorded none or the graph has no readable manifest."""
+    import json
+
+    p = Path(graph_dir) / "manifest.json"
+    try:
+        value = json.loads(p.read_text(encoding="utf-8")).get("serving")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value.strip() else None
+
+
 def load_serve_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> ServeConfig:
     """The serving recipe for ``ask``, ``serve``, ``infer`` and ``eval`` (all defaults when ``path`` is None)."""
     return load_pipeline_config(ServeConfig, path, overrides)

@@ -133,3 +133,30 @@ def test_a_family_switched_off_writes_no_triples_of_it(built, tmp_path, slice_di
         assert g.stats()["by_relation"].get("treats", 0) > 0
     rows = [json.loads(line) for line in (graph / "reports" / "books.jsonl").read_text(encoding="utf-8").splitlines()]
     assert [r["extractors"]["families"] for r in rows] == [["flavour_nature", "formula_composition"]] * 2
+
+
+def test_the_graph_records_its_serving_recipe_and_the_front_ends_use_it(built, capsys):
+    """graph/classics records serving/classics; ask/serve/infer/eval on the graph take it without --config."""
+    from bencao.serving.cli import load_config
+    from bencao.serving.config import recorded_serving_recipe
+
+    assert recorded_serving_recipe(built) == "serving/classics"
+    cfg = load_config(None, [], graph=built)
+    assert cfg.retrieval.layers.therapy is False  # serving/classics' retrieval (the default recipe has it on)
+    assert "serving/classics" in capsys.readouterr().err
+    assert load_config(None, [], graph=built.parent / "elsewhere").retrieval.layers.therapy is True  # no graph there: defaults
+    rc = main(["ask", "--graph", str(built), "--json", "大枣的功效是什么？"])
+    assert rc == 0
+    out = capsys.readouterr()
+    assert "serving recipe: serving/classics" in out.err
+    assert json.loads(out.out)["evidence"]["snippets"]
+
+
+def test_an_unknown_serving_recipe_is_refused_before_the_build(tmp_path, slice_dir, repo, capsys):
+    graph = tmp_path / "g"
+    rc = main(["graph", "build", "--config", str(repo / "configs" / "graph" / "classics.yaml"), "--graph", str(graph),
+               f"root={slice_dir}", "index=false", "serving=serving/no-such-recipe"])
+    assert rc != 0
+    err = capsys.readouterr().err
+    assert "serving/no-such-recipe" in err and "Traceback" not in err
+    assert not (graph / "graph.sqlite").exists()
