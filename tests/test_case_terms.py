@@ -104,3 +104,20 @@ def test_link_layers_refuses_a_bad_delta(tmp_path, bad):
     with pytest.raises(Exception, match="cosine distance threshold"):
         link_layers(g, None, source_layer="book", target_layer="case", delta=float(bad))
     g.close()
+
+
+def test_a_book_added_after_the_cases_never_resolves_to_a_case_term(tmp_path):
+    """Names resolve inside their layer class: a later book's 口燥 is a book entity, not the case term 口燥."""
+    g = _graph(tmp_path)
+    case_term = term_id("口燥", "symptom")
+    assert g.get_entity(case_term)["layer"] == "case"
+    b = g.builder(source="食疗", kind="book", format="books-txt", content_key="k2")
+    snip = b.snippet(b.section("食疗"), "梨，主口燥。")
+    b.prefetch_names("symptom", ["口燥"])  # the batched lookup large loaders use skips the case layer too
+    tid = b.triple(b.entity("梨", "substance"), "treats", b.entity("口燥", "symptom"), confidence=0.9, layer="book", origin="t", snippet=snip)
+    g.commit(b)
+    tail = g.get_entity(g.get_triples([tid])[tid]["tail_id"])
+    assert tail["layer"] != "case" and tail["id"] != case_term
+    # the book already knew 口燥 as an alias of 口干 (not a case entity): the book's 口燥 is that entity
+    assert tail["name"] == "口干"
+    g.close()

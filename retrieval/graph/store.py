@@ -214,8 +214,13 @@ class DocumentBuilder:
         if id is None:
             id = self._local_names.get((type, key))
             if id is None:
-                known = self._graph_names.get((type, key), False)
-                id = (self.graph.find_entity_id(key, type) if known is False else known) or entity_id_for(name, type)
+                if layer == "case":  # the case layer resolves among its own entities, any layer's otherwise known
+                    known = self.graph.find_entity_id(key, type)
+                else:  # a book, ontology or KB name never resolves to a case-layer entity (case terms, patients)
+                    known = self._graph_names.get((type, key), False)
+                    if known is False:
+                        known = self.graph.find_entity_id(key, type, exclude_layers=("case",))
+                id = known or entity_id_for(name, type)
         if defines:  # a record that defines the entity ``id`` (an ontology term, a KB row), not a mention of it
             from bencao.io import current_record
 
@@ -245,7 +250,7 @@ class DocumentBuilder:
             best: dict[str, tuple[int, int, str]] = {}
             for norm, eid, is_name, rowid in self.graph.conn.execute(
                     f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a JOIN entities e ON e.id = a.entity_id "
-                    f"WHERE a.norm IN ({q}) AND e.type=?", (*chunk, type_)):
+                    f"WHERE a.norm IN ({q}) AND e.type=? AND e.layer != 'case'", (*chunk, type_)):
                 rank = (-int(is_name), rowid, eid)
                 if norm not in best or rank < best[norm]:
                     best[norm] = rank
@@ -670,11 +675,13 @@ class Graph:
         r = self.conn.execute("SELECT * FROM documents WHERE id=?", (document_id,)).fetchone()
         return _row(r, json_cols=("meta",)) if r else None
 
-    def find_entity_id(self, norm: str, type_: str | None = None) -> str | None:
-        """Id of an entity known under matching key ``norm`` (name first, then other aliases)."""
+    def find_entity_id(self, norm: str, type_: str | None = None, exclude_layers: tuple[str, ...] = ()) -> str | None:
+        """Id of an entity known under matching key ``norm`` (name first, then other aliases), of type ``type_``
+        when given, in none of ``exclude_layers``."""
         sql = ("SELECT a.entity_id FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
-               + (" AND e.type=?" if type_ else "") + " ORDER BY (a.kind='name') DESC, e.rowid LIMIT 1")
-        r = self.conn.execute(sql, (norm, type_) if type_ else (norm,)).fetchone()
+               + (" AND e.type=?" if type_ else "") + "".join(" AND e.layer != ?" for _ in exclude_layers)
+               + " ORDER BY (a.kind='name') DESC, e.rowid LIMIT 1")
+        r = self.conn.execute(sql, (norm, *([type_] if type_ else []), *exclude_layers)).fetchone()
         return r[0] if r else None
 
     def entities_by_alias(self, text: str) -> list[dict[str, Any]]:
