@@ -299,6 +299,34 @@ def test_xml_internal_entities_still_read(tmp_path) -> None:
     assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE name = 'fuzz one'").fetchone()[0] == 1
 
 
+@pytest.mark.parametrize("alias", ["application/rdf+xml", "XML", "rdf/xml"])
+def test_skos_rdf_format_aliases_go_through_the_xml_guard(tmp_path, capsys, alias) -> None:
+    """rdflib knows its RDF/XML parser also as application/rdf+xml: given as -O rdf_format, that name
+    reached the parser past the entity guard (an external file entity was read, a billion laughs ran for
+    minutes). Every name of a syntax maps to the one the guards key on; unknown syntaxes are refused."""
+    import time
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET", encoding="utf-8")
+    graph = str(tmp_path / "g")
+    for dtd, label in ((f'<!DOCTYPE rdf:RDF [<!ENTITY x SYSTEM "{secret.as_uri()}">]>\n', "a &x;"), (_laughs(), "&l9;")):
+        src = tmp_path / "c.txt"
+        src.write_text(_RDF_HEAD.format(dtd=dtd, label=label), encoding="utf-8")
+        t0 = time.monotonic()
+        assert main(["graph", "add", "--create", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={alias}"]) == 2
+        assert "refused" in _one_line_error(capsys)
+        assert time.monotonic() - t0 < 5
+    for other in ("trix", "hext", "nonsense"):
+        assert main(["graph", "add", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={other}"]) == 2
+        assert "not a syntax the skos format reads" in _one_line_error(capsys)
+    src.write_text(_RDF_HEAD.format(dtd="", label="fuzz one"), encoding="utf-8")
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={alias}"]) == 0
+    ttl = tmp_path / "c.data"
+    ttl.write_text('<http://example.org/fz/two> <http://www.w3.org/2004/02/skos/core#prefLabel> "fuzz two"@en .\n', encoding="utf-8")
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(ttl), "-O", "rdf_format=text/turtle"]) == 0
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE name IN ('fuzz one', 'fuzz two')") == 2
+
+
 @pytest.mark.parametrize("fmt,suffix", [("skos", ".rdf"), ("owl", ".owl")])
 @pytest.mark.parametrize("option", [None, "latin-1"])
 def test_xml_declared_encoding_honoured_once(tmp_path, fmt, suffix, option) -> None:

@@ -42,13 +42,29 @@ _SUFFIX_FORMATS = {".ttl": "turtle", ".turtle": "turtle", ".rdf": "xml", ".xml":
 _OBO = "http://purl.obolibrary.org/obo/"
 
 
+# The syntaxes read, by every name rdflib knows them by (its media types included). Each name maps to
+# the canonical one the guards key on: an alias such as application/rdf+xml must not reach rdflib's
+# XML parser past the entity guard. Other rdflib parsers (trix, hext, patch) are not read.
+_FORMAT_NAMES = {"turtle": "turtle", "ttl": "turtle", "text/turtle": "turtle",
+                 "xml": "xml", "rdf/xml": "xml", "rdfxml": "xml", "rdf-xml": "xml", "application/rdf+xml": "xml",
+                 "json-ld": "json-ld", "jsonld": "json-ld", "application/ld+json": "json-ld",
+                 "nt": "nt", "ntriples": "nt", "n-triples": "nt", "nt11": "nt", "application/n-triples": "nt",
+                 "n3": "n3", "text/n3": "n3",
+                 "trig": "trig", "application/trig": "trig",
+                 "nquads": "nquads", "nq": "nquads", "n-quads": "nquads", "application/n-quads": "nquads"}
+_FORMAT_CHOICES = "turtle|xml|json-ld|nt|n3|trig|nquads"
+
+
 def rdf_format(path: Path, options: dict[str, Any]) -> str:
     if options.get("rdf_format"):
-        return str(options["rdf_format"])
+        given = str(options["rdf_format"]).strip()
+        if given.lower() not in _FORMAT_NAMES:
+            raise InputError(path, f"rdf_format {given[:40]!r} is not a syntax the skos format reads; give -O rdf_format={_FORMAT_CHOICES}")
+        return _FORMAT_NAMES[given.lower()]
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     suffix = Path(name).suffix.lower()
     if suffix not in _SUFFIX_FORMATS:
-        raise InputError(path, f"cannot tell the RDF syntax from {suffix or 'no suffix'!r}; give -o rdf_format=turtle|xml|json-ld|nt|n3|trig")
+        raise InputError(path, f"cannot tell the RDF syntax from {suffix or 'no suffix'!r}; give -O rdf_format={_FORMAT_CHOICES}")
     return _SUFFIX_FORMATS[suffix]
 
 
