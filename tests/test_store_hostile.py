@@ -133,6 +133,16 @@ def test_kb_mapping_bomb_error_quotes_a_short_prefix(tmp_path, capsys) -> None:
                  "-O", f"mapping={mapping}"]) == 2
     line = _one_line_error(capsys)
     assert str(mapping) in line and len(line) < 400, line
+    # the probe's shape: the anchors inside a known key whose type check quoted the expanded value
+    # ('expected a number, got [[...' of 9**levels strings); 6 levels keep the code before cheap to run
+    nested = ", ".join(['&l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+                       + [f"&l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 6)])
+    mapping.write_text(f"relations:\n  head_column: id\n  tail_column: name\n  relation: x\n  default_confidence: [{nested}]\n",
+                       encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv),
+                 "-O", f"mapping={mapping}"]) == 2
+    line = _one_line_error(capsys)
+    assert str(mapping) in line and len(line) < 400, line
 
 
 def test_recipe_yaml_bomb_and_bad_value_are_short(tmp_path) -> None:
