@@ -481,6 +481,108 @@ def test_full_disk_at_each_write_of_an_add(tmp_path, capsys) -> None:
     assert len(failed_at) >= 4, failed_at  # SQLite writes and index files were both hit
 
 
+def _build_recipe(tmp_path: Path, book: Path, name: str) -> Path:
+    recipe = tmp_path / f"{name}.yaml"
+    recipe.write_text(f"name: {name}\nindex_config: retrieval/lexical\nsources:\n  - format: books-txt\n    path: {book}\n", encoding="utf-8")
+    return recipe
+
+
+def _book(path: Path, n: int) -> Path:
+    path.write_text("<篇名>探针书\n" + "".join(f"<篇名>第{i}篇\n内容：味甘平，主五脏邪气{i}。\n" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def test_full_disk_at_each_write_of_a_build(tmp_path, capsys) -> None:
+    """ENOSPC/SQLITE_FULL at the n-th write of `graph build` (SQLite statements, the WAL checkpoint, index
+    files): one line naming the graph, the previous version still served, no temporary directory left."""
+    import errno
+
+    graph = tmp_path / "g"
+    assert main(["graph", "build", "--config", str(_build_recipe(tmp_path, _book(tmp_path / "old.txt", 3), "old")),
+                 "--graph", str(graph)]) == 0
+    recipe = _build_recipe(tmp_path, _book(tmp_path / "new.txt", 20), "new")
+    capsys.readouterr()
+    failed_at = []
+    for n in range(1, 60):
+        seen = {"n": 0}
+
+        def full(kind: str) -> None:
+            seen["n"] += 1
+            if seen["n"] == n:
+                if kind == "sqlite":
+                    raise sqlite3.OperationalError("database or disk is full")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+            rc = main(["graph", "build", "--config", str(recipe), "--graph", str(graph)])
+        if rc == 0:
+            break
+        failed_at.append(n)
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith(("build ", "WARNING"))]
+        assert len(err) == 1 and err[0].startswith(f"error: no space left on device while building {graph}; the previous version is unchanged"), err
+        names = [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.")]
+        assert [x for x in names if x.startswith((".g.building-", ".g.link-", ".g.old-"))] == [], names
+        assert len([x for x in names if x.startswith(".g.v-")]) == 1, names
+        assert _leftovers(tmp_path) == []
+        with Graph.open(graph, read_only=True) as g:
+            assert [d["source"] for d in g.documents()] == ["old.txt"]
+    assert rc == 0 and len(failed_at) >= 3, failed_at
+    with Graph.open(graph, read_only=True) as g:
+        assert [d["source"] for d in g.documents()] == ["new.txt"]
+
+
+def _can_mount_tmpfs() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and Path("/proc/filesystems").exists() and \
+        "tmpfs" in Path("/proc/filesystems").read_text()
+
+
+def test_full_disk_on_a_real_small_filesystem(tmp_path) -> None:
+    """The probe itself: a 3 MB tmpfs (root only; skipped elsewhere). `graph build` ran out of space at
+    the WAL checkpoint and ended in a sqlite3.OperationalError traceback; `graph add` of a larger book
+    fills the disk in the store or the indexes. Every run is one line, exit 2, no *.tmp files left."""
+    import subprocess
+    import sys
+
+    if not _can_mount_tmpfs():
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    cli = [sys.executable, "-m", "bencao.cli"]
+    try:
+        graph = mnt / "g"
+        empty = tmp_path / "empty.yaml"
+        empty.write_text("name: empty\nindex_config: retrieval/lexical\nsources: []\n", encoding="utf-8")
+        assert subprocess.run([*cli, "graph", "build", "--config", str(empty), "--graph", str(graph)], capture_output=True).returncode == 0
+        import random
+
+        rnd = random.Random(300)
+        chars = "甘苦辛酸咸温寒热平凉主治五脏邪气补中益气养血安神除湿利水消肿止痛"
+        runs = []
+        for n in (300, 1600):  # 300 sections of 300 characters filled the disk at build's WAL checkpoint
+            big = tmp_path / f"big{n}.txt"
+            big.write_text("<篇名>探针书\n" + "".join(f"<篇名>第{i}篇\n内容：" + "".join(rnd.choice(chars) for _ in range(300)) + "\n"
+                                                  for i in range(n)), encoding="utf-8")
+            runs += [["graph", "build", "--config", str(_build_recipe(tmp_path, big, f"big{n}")), "--graph", str(graph)],
+                     ["graph", "add", "--graph", str(graph), "--format", "books-txt", str(big)]]
+        rcs: list[int] = []
+        for argv in runs:
+            run = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=120)
+            rcs.append(run.returncode)
+            if run.returncode == 0:  # the 300-section book fits when added (not when built beside the old version)
+                continue
+            err = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith(("build ", "WARNING"))]
+            assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: no space left on device"), run.stderr[-2000:]
+            assert "Traceback" not in run.stderr
+            assert [p for p in mnt.rglob("*") if ".tmp" in p.name or ".building" in p.name] == []
+        assert rcs[0] == 2 and rcs[2:] == [2, 2], rcs
+        with Graph.open(graph, read_only=True) as g:
+            assert g.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 @pytest.mark.parametrize("enc", ["rot13", "base64", "hex", "zlib"])
 @pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("catalog-csv", "c.csv")])
 def test_non_text_codec_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
