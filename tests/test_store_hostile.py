@@ -647,6 +647,42 @@ def test_declared_legacy_encoding_on_utf8_bytes_refused(tmp_path, capsys, enc, f
     assert "the bytes are UTF-8" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("enc", ["utf-16", "utf-16-le", "utf-32", "utf-7", "cp500"])
+@pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("catalog-csv", "c.csv")])
+def test_ascii_incompatible_encoding_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
+    """-O encoding=utf-16 was a UnicodeDecodeError traceback in the books reader (it splits lines on
+    bytes); every loader reads line by line, so encodings that do not keep ASCII as ASCII are refused."""
+    src = tmp_path / name
+    text = ('{"id": "FZ:1", "label": "apple"}\n' if fmt == "foodon-jsonl" else "<篇名>书\n内容：味甘。\n" if fmt == "books-txt" else
+            "mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\nM1,a,a,,1,1,x,2020,u,\n")
+    for body in (text.encode(enc, "replace"), text.encode("gb18030")):  # the file in that encoding (EBCDIC has no Chinese), or not
+        src.write_bytes(body)
+        assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", f"encoding={enc}"]) == 2
+        line = _one_line_error(capsys)
+        assert "not an ASCII-compatible encoding" in line and "utf-8" in line, line
+    src.write_bytes(text.encode("utf-8-sig"))  # a BOM'd UTF-8 name is still fine
+    assert main(["graph", "add", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "encoding=utf-8-sig"]) == 0
+
+
+@pytest.mark.parametrize("enc,data_enc,alt", [("latin-1", "gb18030", "gb18030"), ("cp1252", "big5", "big5"), ("iso-8859-15", "gb18030", "gb18030")])
+def test_declared_latin_encoding_on_chinese_bytes_refused(tmp_path, capsys, enc, data_enc, alt) -> None:
+    """Latin-1 decodes every byte: declared on a GB18030 or Big5 book it stored 'ÈË²Î' mojibake silently."""
+    names = ["人参", "黄芪", "当归", "甘草", "大枣", "山药", "枸杞子"] if data_enc == "gb18030" else ["人參", "黃耆", "當歸", "甘草", "大棗", "山藥", "枸杞子"]
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join((json.dumps({"id": f"X:{i}", "label": w}, ensure_ascii=False) + "\n").encode(data_enc)
+                             for i, w in enumerate(names * 3)))
+    graph = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(src), "-O", f"encoding={enc}"]) == 2
+    line = _one_line_error(capsys)
+    assert "implausible" in line and f"-O encoding={alt}" in line, line
+    # Western text in the same encoding is read as before (accents between ASCII letters, clusters too)
+    latin = tmp_path / "l.jsonl"
+    words = ["café crème", "Größe", "süß", "Ærø", "naïve façade", "Jalapeño", "Öl", "Ärger", "pêche", "à côté"]
+    latin.write_bytes(b"".join((json.dumps({"id": f"L:{i}", "label": w}, ensure_ascii=False) + "\n").encode(enc) for i, w in enumerate(words)))
+    assert main(["graph", "add", "--graph", graph, "--format", "foodon-jsonl", str(latin), "-O", f"encoding={enc}"]) == 0
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE name IN ('Größe', 'Jalapeño', 'à côté')") == 3
+
+
 def test_private_use_text_refused(tmp_path, capsys) -> None:
     """GB18030's user-defined area decodes to private-use characters: a file full of them is not text."""
     src = tmp_path / "t.jsonl"
