@@ -928,12 +928,19 @@ def test_mapping_file_changed_while_read_is_refused(tmp_path, capsys) -> None:
     assert "changed while the input was read" in _one_line_error(capsys)
 
 
+_OWL = ('<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns:owl="http://www.w3.org/2002/07/owl#" '
+        'xmlns:rdfs="http://www.w3.org/2000/01/rdf-schema#">\n<owl:Ontology rdf:about="http://x/o"/>\n{body}\n</rdf:RDF>\n')
+
+
 @pytest.mark.parametrize("fmt, name, body, expected", [
     ("obo", "t.obo", "format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:2\nname: plum\n\n[Term]\nid: X:1\nname: pear\n",
      "term X:1 is named twice: 'apple' (line 5) and 'pear'"),
     ("skos", "t.ttl", '@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n@prefix ex: <http://example.org/> .\n'
                       'ex:a a skos:Concept ; skos:prefLabel "apple"@en .\nex:a skos:prefLabel "pear"@en .\n',
      "2 prefLabels in language 'en': 'apple' and 'pear'"),
+    ("owl", "t.owl", _OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>apple</rdfs:label></owl:Class>'
+                                      '<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>pear</rdfs:label></owl:Class>'),
+     "has two rdfs:labels in language '(none)': 'apple' and 'pear'"),
 ])
 def test_ontology_ids_defined_twice_with_different_names_refused(tmp_path, capsys, fmt, name, body, expected) -> None:
     """pronto merges OBO stanzas of one id and rdflib keeps both prefLabels: either way one name was lost silently."""
@@ -948,4 +955,14 @@ def test_obo_stanzas_of_one_id_with_the_same_name_still_merge(tmp_path, capsys) 
     src = tmp_path / "t.obo"
     src.write_text("format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:1\nsynonym: \"malus\" EXACT []\n", encoding="utf-8")
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "obo", str(src)]) == 0
+    assert "1 entities" in capsys.readouterr().out
+
+
+def test_owl_labels_in_other_languages_and_repeated_labels_still_read(tmp_path, capsys) -> None:
+    src = tmp_path / "t.owl"
+    src.write_text(_OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label xml:lang="en">apple</rdfs:label>'
+                                    '<rdfs:label xml:lang="fr">pomme</rdfs:label></owl:Class>'
+                                    '<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label xml:lang="en">apple</rdfs:label></owl:Class>'),
+                   encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "owl", str(src)]) == 0
     assert "1 entities" in capsys.readouterr().out
