@@ -743,6 +743,8 @@ def test_bom_at_every_line_keeps_book_markup(tmp_path) -> None:
     ("foodon-jsonl", "t.jsonl", '{"id": "FZ:1", "label": "apple"}\n{"id": "FZ:1", "label": "pear"}\n'),
     ("ontology-json", "d.json", '[{"curie": "FZ:1", "label": "apple"}, {"curie": "FZ:1", "label": "pear"}]'),
     ("kb-csv", "kb.csv", "id,name\nDSI1,apple\nDSI1,pear\n"),
+    ("catalog-csv", "c.csv", "mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\n"
+                             "MFH1,apple,apple,,1,1,x,2020,u,\nMFH2,plum,plum,,1,2,x,2020,u,\nMFH1,pear,pear,,1,3,x,2020,u,\n"),
 ])
 def test_conflicting_duplicate_ids_refused(tmp_path, capsys, fmt, name, body) -> None:
     src = tmp_path / name
