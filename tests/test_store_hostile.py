@@ -388,6 +388,30 @@ def test_multiline_cell_over_the_cap_refused(tmp_path, capsys, fmt) -> None:
     assert "a cell of more than 1,024 characters" in line and "row 1" in line, line
 
 
+@pytest.mark.parametrize("fmt,name", [("skos", "c.ttl"), ("skos", "c.rdf"), ("owl", "c.owl")])
+def test_multiline_literal_over_the_cap_refused(tmp_path, capsys, fmt, name) -> None:
+    """A definition spread over short lines (a Turtle triple-quoted literal, RDF/XML element text) passed
+    the line cap: 48 MB in one SKOS Turtle definition ran for more than 13 minutes, a 16 M-character OWL
+    definition was stored. Refused at max_line_bytes, before rdflib parses the Turtle."""
+    text = "\n".join(["味甘平主五脏邪气"] * 300)  # ~2.7 K characters over 300 short lines
+    if name == "c.ttl":
+        body = ('@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n<http://example.org/a> a skos:Concept ; '
+                f'skos:prefLabel "apple"@en ; skos:definition """{text}"""@en .\n')
+    elif fmt == "skos":
+        body = _RDF_HEAD.format(dtd="", label="apple").replace("</skos:Concept>", f"<skos:definition>{text}</skos:definition></skos:Concept>")
+    else:
+        body = _OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>apple</rdfs:label>'
+                                f'<obo:IAO_0000115 xmlns:obo="http://purl.obolibrary.org/obo/">{text}</obo:IAO_0000115></owl:Class>')
+    src = tmp_path / name
+    src.write_text(body, encoding="utf-8")
+    graph = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", fmt, str(src), "-O", "max_line_bytes=1024"]) == 2
+    line = _one_line_error(capsys)
+    assert "over the limit" in line and "max_line_bytes" in line and str(src) in line, line
+    assert main(["graph", "add", "--graph", graph, "--format", fmt, str(src)]) == 0  # under the default cap: read
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE length(description) > 2000") == 1
+
+
 def test_catalogue_looks_names_up_in_batches(tmp_path) -> None:
     """Catalogue rows resolve their names against the graph in batched queries, not one query per
     row (10^6 rows took 24 min): the statement count grows with rows/500, not with rows."""

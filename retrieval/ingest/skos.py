@@ -84,6 +84,8 @@ def parse_rdf(path: Path, fmt: str) -> Any:
         data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
         if "\r" in data and fmt in ("turtle", "nt", "n3", "trig", "nquads"):  # bare-CR line ends read as LF
             data = data.replace("\r\n", "\n").replace("\r", "\n")
+        if fmt in ("turtle", "n3", "trig"):
+            _check_long_literals(data, path, read_limits().max_line_bytes)
     if fmt == "json-ld":
         _check_jsonld_contexts(data, path)
     rdf = rdflib.Graph()
@@ -97,6 +99,22 @@ def parse_rdf(path: Path, fmt: str) -> Any:
         line = getattr(exc, "lines", None) or getattr(exc, "lineno", None)
         raise InputError(path, f"malformed {fmt}: {msg[:300]}", record=f"line {line}" if isinstance(line, int) else None) from None
     return rdf
+
+
+def _check_long_literals(text: str, path: Path, cap: int) -> None:
+    """Refuse a triple-quoted literal longer than ``cap`` characters before rdflib reads it: its short
+    lines pass the line cap, and the Turtle parser slows down sharply on such a literal (48 MB in one
+    definition ran for more than 13 minutes)."""
+    for quote in ('"""', "'''"):
+        start = text.find(quote)
+        while start >= 0:
+            end = text.find(quote, start + 3)
+            if end < 0:
+                break
+            if end - start - 3 > cap:
+                raise InputError(path, f"a string literal of more than {cap:,} characters, over the limit (option max_line_bytes)",
+                                 record=f"line {text.count(chr(10), 0, start) + 1}")
+            start = text.find(quote, end + 3)
 
 
 def _check_jsonld_contexts(text: str, path: Path) -> None:
