@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import sys
 
 import typer
@@ -126,12 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     except BencaoError as exc:
         typer.echo(f"error: {exc}", err=True)
         return getattr(exc, "exit_code", 2)  # 2, or e.g. 128 + signal for a training run stopped by SIGTERM
-    except OSError as exc:  # a full disk anywhere (index files, caches): one line, not a traceback
+    except (OSError, sqlite3.Error) as exc:  # a full disk anywhere (index files, caches, a store): one line, not a traceback
         from bencao.errors import is_disk_full
 
         if not is_disk_full(exc):
             raise
-        where = f" while writing {exc.filename}" if exc.filename else ""
+        where = f" while writing {exc.filename}" if getattr(exc, "filename", None) else ""
         typer.echo(f"error: no space left on device{where}; the command stopped (free some space and run it again)", err=True)
         return 2
     except KeyboardInterrupt:

@@ -204,6 +204,14 @@ def check_encoding(encoding: str, where: str) -> str:
         raise BencaoError(f"{where}: option encoding={encoding!r}: unknown encoding") from None
     if not getattr(info, "_is_text_encoding", True):
         raise BencaoError(f"{where}: option encoding={encoding!r}: not a text encoding (use e.g. utf-8, gb18030, big5, latin-1)")
+    probe = "\n\r\t <>:,;=\"'{}[]/\\+-_.?!@#$%&*()|~`^09AZaz"
+    try:
+        compatible = probe.encode(info.name).removeprefix(codecs.BOM_UTF8) == probe.encode("ascii")
+    except (UnicodeError, LookupError):
+        compatible = False
+    if not compatible:  # UTF-16/32, UTF-7, EBCDIC: the readers split lines and find markup on ASCII bytes
+        raise BencaoError(f"{where}: option encoding={encoding!r}: not an ASCII-compatible encoding, which the loaders read line by line; "
+                          f"convert the file to UTF-8 first (e.g. iconv -f {info.name} -t utf-8)")
     return encoding
 
 
@@ -449,6 +457,7 @@ def check_decoded(data: bytes, encoding: str, path: Path, declared: bool) -> Non
     how = "declared" if declared else "detected"
     if declared:
         _utf8_under_declared(head, encoding, path)
+        _chinese_under_latin(head, encoding, name, path)
     text = head.decode(encoding, "replace")
     pua, odd, nonascii = _oddness(text)
     if nonascii < 8:
@@ -479,6 +488,24 @@ def _utf8_under_declared(data: bytes, encoding: str, path: Path) -> None:
         return
     raise InputError(path, f"encoding={encoding} is declared but the bytes are UTF-8 (read as {encoding} they would be "
                            "mojibake): drop the encoding option")
+
+
+#: Latin-script single-byte codecs: every byte decodes, so a wrong declaration is never an error by itself.
+_LATIN_CODECS = {"iso8859-1", "cp1252", "iso8859-15", "mac-roman", "cp850", "cp437", "iso8859-2", "cp1250"}
+
+
+def _chinese_under_latin(data: bytes, encoding: str, name: str, path: Path) -> None:
+    """Refuse a declared Latin-script encoding over Chinese double-byte text (``-O encoding=latin-1`` on a
+    GB18030 or Big5 file decodes every byte and stores 'Ã\x80Ã¾' mojibake): Latin text has its high bytes
+    one at a time between ASCII letters, Chinese text in runs, and a Chinese encoding reads it cleanly."""
+    if name not in _LATIN_CODECS or _looks_single_byte(data):
+        return
+    if len(_NON_ASCII.findall(data.decode("latin-1"))) < 16:
+        return
+    alt = _clean_alternative(data, "")
+    if alt:
+        raise InputError(path, f"read as {encoding} (declared) the text is implausible (its non-ASCII bytes come in runs, as in "
+                               f"Chinese double-byte text) and it reads cleanly as {alt}: give -O encoding={alt}")
 
 
 def _clean_alternative(head: bytes, name: str) -> str | None:

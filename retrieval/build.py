@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from bencao.config import field, load_config, to_dict
-from bencao.errors import BencaoError, ConfigError
+from bencao.errors import BencaoError, ConfigError, DiskFull, is_disk_full
+from bencao import faults
 from bencao.faults import fault
 from bencao.io import content_hash
 from bencao.retrieval.graph.store import Graph
@@ -233,6 +234,7 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
             fault("build.ingested")
             if cfg.index:
                 _build_indexes(g, cfg, root, progress)
+            faults.call("sqlite.write")  # the checkpoint writes the store's pages: a full disk shows here
             g.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             fault("build.indexed")
             built = {r[0] for r in g.conn.execute("SELECT id FROM documents")}
@@ -240,8 +242,11 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
             g.close()
         dropped = _dropped_documents(graph_dir, built)  # under the writer lock: no add can come in between
         _swap_in(tmp, graph_dir)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, DiskFull) or is_disk_full(exc):  # SQLITE_FULL at the checkpoint, ENOSPC in an index: one line, not a traceback
+            raise DiskFull(f"no space left on device while building {graph_dir}; the previous version is unchanged "
+                           "(temporary files removed; free some space and run the command again)") from None
         raise
     with Graph.open(graph_dir) as g:
         stats = g.stats()

@@ -165,7 +165,10 @@ def _cases(fmt: str) -> list[Case]:
         Case(fmt, "utf8-declared-gb18030", fn, t.make("大枣鲜品"), options=("encoding=gb18030",)),
         Case(fmt, "utf8-declared-latin1", fn, t.make("Jalapeño"), options=("encoding=latin-1",)),
         Case(fmt, "not-a-text-codec", fn, base, options=("encoding=rot13",)),
+        Case(fmt, "ascii-incompatible-codec", fn, t.make(big5_name).decode("utf-8").encode("gb18030"), options=("encoding=utf-16",)),
     ]
+    # GB18030 bytes declared Latin-1: every byte decodes, the text would be mojibake
+    cases.append(Case(fmt, "gb18030-declared-latin1", fn, t.make(big5_name).decode("utf-8").encode("gb18030"), options=("encoding=latin-1",)))
     if fmt not in ("books-txt", "books-md"):  # running text may be GB18030; structured formats must say so
         cases.append(Case(fmt, "gb18030-undeclared", fn, t.make("大枣").decode("utf-8").encode("gb18030")))
     if t.names_checked:
@@ -196,6 +199,13 @@ def _cases(fmt: str) -> list[Case]:
                "ontology-json": base.replace(b"}]", b'}, {"curie": "FZ:1", "label": "another name"}]', 1),
                "kb-csv": base + b"DSI900,another name,x\n"}[fmt]
         cases.append(Case(fmt, "conflicting-duplicate-id", fn, dup))
+    if fmt in ("obo", "owl", "skos", "catalog-csv"):  # the same id named twice: refused as above, in these formats' own terms
+        dup = {"obo": base + b"\n[Term]\nid: FZ:0000001\nname: another name\n",
+               "owl": base.replace(b"</rdf:RDF>", b'<owl:Class rdf:about="http://purl.obolibrary.org/obo/FZ_0000001">'
+                                                  b'<rdfs:label xml:lang="en">another name</rdfs:label></owl:Class>\n</rdf:RDF>', 1),
+               "skos": base + b'fz:one skos:prefLabel "another name"@en .\n',
+               "catalog-csv": base + "MFH900,另一名,另一名,,1,2,公告,2020-01-01,http://x.test/,\n".encode()}[fmt]
+        cases.append(Case(fmt, "conflicting-duplicate-id", fn, dup))
     if t.family == "json":
         cases.append(Case(fmt, "duplicate-json-key", fn, base.replace(b'{"', b'{"zz": 1, "zz": 2, "', 1)))
     if fmt in ("catalog-csv", "kb-csv", "cases-csv"):
@@ -216,6 +226,10 @@ def _cases(fmt: str) -> list[Case]:
             Case(fmt, "mapping-unknown-key", fn, base, extra={"map.yaml": mapping + b"colour: red\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-deep", fn, base, extra={"map.yaml": b"a: " + b"[" * 50_000 + b"]" * 50_000 + b"\n"}, bad_file="map.yaml"),
             Case(fmt, "mapping-alias-bomb", fn, base, extra={"map.yaml": _yaml_bomb() + b"entities:\n  id_column: *l8\n"}, bad_file="map.yaml"),
+            Case(fmt, "mapping-alias-bomb-in-a-key", fn, base, bad_file="map.yaml", extra={"map.yaml": (  # the type error quoted the expansion
+                "relations:\n  head_column: id\n  tail_column: name\n  relation: x\n  default_confidence: ["
+                + ", ".join(['&l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+                            + [f"&l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 6)]) + "]\n").encode()}),
         ]
     if fmt == "disease-tree":
         cases += [
@@ -247,6 +261,8 @@ def _cases(fmt: str) -> list[Case]:
                                  ("xml-parameter-entity", b'<!ENTITY % p SYSTEM "http://127.0.0.1:9/p">%p;', b"a")]:
             doc = xml_base.replace(b"<rdf:RDF", b"<!DOCTYPE rdf:RDF [" + dtd + b"]>\n<rdf:RDF", 1).replace(b"fuzz name", label)
             cases.append(Case(fmt, name, xml_fn, doc))
+            if fmt == "skos":  # rdflib's other names for RDF/XML go through the same guard
+                cases.append(Case(fmt, name + "-as-application-rdf-xml", "c.data", doc, options=("rdf_format=application/rdf+xml",)))
     if fmt == "owl":
         cases.append(Case(fmt, "no-ontology-element", fn, b'<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#"/>\n'))
     if fmt == "obo":

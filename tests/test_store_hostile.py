@@ -133,6 +133,16 @@ def test_kb_mapping_bomb_error_quotes_a_short_prefix(tmp_path, capsys) -> None:
                  "-O", f"mapping={mapping}"]) == 2
     line = _one_line_error(capsys)
     assert str(mapping) in line and len(line) < 400, line
+    # the probe's shape: the anchors inside a known key whose type check quoted the expanded value
+    # ('expected a number, got [[...' of 9**levels strings); 6 levels keep the code before cheap to run
+    nested = ", ".join(['&l0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+                       + [f"&l{i} [" + ",".join([f"*l{i - 1}"] * 9) + "]" for i in range(1, 6)])
+    mapping.write_text(f"relations:\n  head_column: id\n  tail_column: name\n  relation: x\n  default_confidence: [{nested}]\n",
+                       encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "kb-csv", str(csv),
+                 "-O", f"mapping={mapping}"]) == 2
+    line = _one_line_error(capsys)
+    assert str(mapping) in line and len(line) < 400, line
 
 
 def test_recipe_yaml_bomb_and_bad_value_are_short(tmp_path) -> None:
@@ -299,6 +309,34 @@ def test_xml_internal_entities_still_read(tmp_path) -> None:
     assert g.conn.execute("SELECT COUNT(*) FROM entities WHERE name = 'fuzz one'").fetchone()[0] == 1
 
 
+@pytest.mark.parametrize("alias", ["application/rdf+xml", "XML", "rdf/xml"])
+def test_skos_rdf_format_aliases_go_through_the_xml_guard(tmp_path, capsys, alias) -> None:
+    """rdflib knows its RDF/XML parser also as application/rdf+xml: given as -O rdf_format, that name
+    reached the parser past the entity guard (an external file entity was read, a billion laughs ran for
+    minutes). Every name of a syntax maps to the one the guards key on; unknown syntaxes are refused."""
+    import time
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("SECRET", encoding="utf-8")
+    graph = str(tmp_path / "g")
+    for dtd, label in ((f'<!DOCTYPE rdf:RDF [<!ENTITY x SYSTEM "{secret.as_uri()}">]>\n', "a &x;"), (_laughs(), "&l9;")):
+        src = tmp_path / "c.txt"
+        src.write_text(_RDF_HEAD.format(dtd=dtd, label=label), encoding="utf-8")
+        t0 = time.monotonic()
+        assert main(["graph", "add", "--create", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={alias}"]) == 2
+        assert "refused" in _one_line_error(capsys)
+        assert time.monotonic() - t0 < 5
+    for other in ("trix", "hext", "nonsense"):
+        assert main(["graph", "add", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={other}"]) == 2
+        assert "not a syntax the skos format reads" in _one_line_error(capsys)
+    src.write_text(_RDF_HEAD.format(dtd="", label="fuzz one"), encoding="utf-8")
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(src), "-O", f"rdf_format={alias}"]) == 0
+    ttl = tmp_path / "c.data"
+    ttl.write_text('<http://example.org/fz/two> <http://www.w3.org/2004/02/skos/core#prefLabel> "fuzz two"@en .\n', encoding="utf-8")
+    assert main(["graph", "add", "--graph", graph, "--format", "skos", str(ttl), "-O", "rdf_format=text/turtle"]) == 0
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE name IN ('fuzz one', 'fuzz two')") == 2
+
+
 @pytest.mark.parametrize("fmt,suffix", [("skos", ".rdf"), ("owl", ".owl")])
 @pytest.mark.parametrize("option", [None, "latin-1"])
 def test_xml_declared_encoding_honoured_once(tmp_path, fmt, suffix, option) -> None:
@@ -348,6 +386,30 @@ def test_multiline_cell_over_the_cap_refused(tmp_path, capsys, fmt) -> None:
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "max_line_bytes=1024"]) == 2
     line = _one_line_error(capsys)
     assert "a cell of more than 1,024 characters" in line and "row 1" in line, line
+
+
+@pytest.mark.parametrize("fmt,name", [("skos", "c.ttl"), ("skos", "c.rdf"), ("owl", "c.owl")])
+def test_multiline_literal_over_the_cap_refused(tmp_path, capsys, fmt, name) -> None:
+    """A definition spread over short lines (a Turtle triple-quoted literal, RDF/XML element text) passed
+    the line cap: 48 MB in one SKOS Turtle definition ran for more than 13 minutes, a 16 M-character OWL
+    definition was stored. Refused at max_line_bytes, before rdflib parses the Turtle."""
+    text = "\n".join(["味甘平主五脏邪气"] * 300)  # ~2.7 K characters over 300 short lines
+    if name == "c.ttl":
+        body = ('@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n<http://example.org/a> a skos:Concept ; '
+                f'skos:prefLabel "apple"@en ; skos:definition """{text}"""@en .\n')
+    elif fmt == "skos":
+        body = _RDF_HEAD.format(dtd="", label="apple").replace("</skos:Concept>", f"<skos:definition>{text}</skos:definition></skos:Concept>")
+    else:
+        body = _OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>apple</rdfs:label>'
+                                f'<obo:IAO_0000115 xmlns:obo="http://purl.obolibrary.org/obo/">{text}</obo:IAO_0000115></owl:Class>')
+    src = tmp_path / name
+    src.write_text(body, encoding="utf-8")
+    graph = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", fmt, str(src), "-O", "max_line_bytes=1024"]) == 2
+    line = _one_line_error(capsys)
+    assert "over the limit" in line and "max_line_bytes" in line and str(src) in line, line
+    assert main(["graph", "add", "--graph", graph, "--format", fmt, str(src)]) == 0  # under the default cap: read
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE length(description) > 2000") == 1
 
 
 def test_catalogue_looks_names_up_in_batches(tmp_path) -> None:
@@ -443,6 +505,108 @@ def test_full_disk_at_each_write_of_an_add(tmp_path, capsys) -> None:
     assert len(failed_at) >= 4, failed_at  # SQLite writes and index files were both hit
 
 
+def _build_recipe(tmp_path: Path, book: Path, name: str) -> Path:
+    recipe = tmp_path / f"{name}.yaml"
+    recipe.write_text(f"name: {name}\nindex_config: retrieval/lexical\nsources:\n  - format: books-txt\n    path: {book}\n", encoding="utf-8")
+    return recipe
+
+
+def _book(path: Path, n: int) -> Path:
+    path.write_text("<篇名>探针书\n" + "".join(f"<篇名>第{i}篇\n内容：味甘平，主五脏邪气{i}。\n" for i in range(n)), encoding="utf-8")
+    return path
+
+
+def test_full_disk_at_each_write_of_a_build(tmp_path, capsys) -> None:
+    """ENOSPC/SQLITE_FULL at the n-th write of `graph build` (SQLite statements, the WAL checkpoint, index
+    files): one line naming the graph, the previous version still served, no temporary directory left."""
+    import errno
+
+    graph = tmp_path / "g"
+    assert main(["graph", "build", "--config", str(_build_recipe(tmp_path, _book(tmp_path / "old.txt", 3), "old")),
+                 "--graph", str(graph)]) == 0
+    recipe = _build_recipe(tmp_path, _book(tmp_path / "new.txt", 20), "new")
+    capsys.readouterr()
+    failed_at = []
+    for n in range(1, 60):
+        seen = {"n": 0}
+
+        def full(kind: str) -> None:
+            seen["n"] += 1
+            if seen["n"] == n:
+                if kind == "sqlite":
+                    raise sqlite3.OperationalError("database or disk is full")
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+        with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+            rc = main(["graph", "build", "--config", str(recipe), "--graph", str(graph)])
+        if rc == 0:
+            break
+        failed_at.append(n)
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not ln.startswith(("build ", "WARNING"))]
+        assert len(err) == 1 and err[0].startswith(f"error: no space left on device while building {graph}; the previous version is unchanged"), err
+        names = [p.name for p in tmp_path.iterdir() if p.name.startswith(".g.")]
+        assert [x for x in names if x.startswith((".g.building-", ".g.link-", ".g.old-"))] == [], names
+        assert len([x for x in names if x.startswith(".g.v-")]) == 1, names
+        assert _leftovers(tmp_path) == []
+        with Graph.open(graph, read_only=True) as g:
+            assert [d["source"] for d in g.documents()] == ["old.txt"]
+    assert rc == 0 and len(failed_at) >= 3, failed_at
+    with Graph.open(graph, read_only=True) as g:
+        assert [d["source"] for d in g.documents()] == ["new.txt"]
+
+
+def _can_mount_tmpfs() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0 and Path("/proc/filesystems").exists() and \
+        "tmpfs" in Path("/proc/filesystems").read_text()
+
+
+def test_full_disk_on_a_real_small_filesystem(tmp_path) -> None:
+    """The probe itself: a 3 MB tmpfs (root only; skipped elsewhere). `graph build` ran out of space at
+    the WAL checkpoint and ended in a sqlite3.OperationalError traceback; `graph add` of a larger book
+    fills the disk in the store or the indexes. Every run is one line, exit 2, no *.tmp files left."""
+    import subprocess
+    import sys
+
+    if not _can_mount_tmpfs():
+        pytest.skip("mounting a small tmpfs needs root")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    cli = [sys.executable, "-m", "bencao.cli"]
+    try:
+        graph = mnt / "g"
+        empty = tmp_path / "empty.yaml"
+        empty.write_text("name: empty\nindex_config: retrieval/lexical\nsources: []\n", encoding="utf-8")
+        assert subprocess.run([*cli, "graph", "build", "--config", str(empty), "--graph", str(graph)], capture_output=True).returncode == 0
+        import random
+
+        rnd = random.Random(300)
+        chars = "甘苦辛酸咸温寒热平凉主治五脏邪气补中益气养血安神除湿利水消肿止痛"
+        runs = []
+        for n in (300, 1600):  # 300 sections of 300 characters filled the disk at build's WAL checkpoint
+            big = tmp_path / f"big{n}.txt"
+            big.write_text("<篇名>探针书\n" + "".join(f"<篇名>第{i}篇\n内容：" + "".join(rnd.choice(chars) for _ in range(300)) + "\n"
+                                                  for i in range(n)), encoding="utf-8")
+            runs += [["graph", "build", "--config", str(_build_recipe(tmp_path, big, f"big{n}")), "--graph", str(graph)],
+                     ["graph", "add", "--graph", str(graph), "--format", "books-txt", str(big)]]
+        rcs: list[int] = []
+        for argv in runs:
+            run = subprocess.run([*cli, *argv], capture_output=True, text=True, timeout=120)
+            rcs.append(run.returncode)
+            if run.returncode == 0:  # the 300-section book fits when added (not when built beside the old version)
+                continue
+            err = [ln for ln in run.stderr.splitlines() if ln.strip() and not ln.startswith(("build ", "WARNING"))]
+            assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: no space left on device"), run.stderr[-2000:]
+            assert "Traceback" not in run.stderr
+            assert [p for p in mnt.rglob("*") if ".tmp" in p.name or ".building" in p.name] == []
+        assert rcs[0] == 2 and rcs[2:] == [2, 2], rcs
+        with Graph.open(graph, read_only=True) as g:
+            assert g.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
 @pytest.mark.parametrize("enc", ["rot13", "base64", "hex", "zlib"])
 @pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("catalog-csv", "c.csv")])
 def test_non_text_codec_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
@@ -507,6 +671,42 @@ def test_declared_legacy_encoding_on_utf8_bytes_refused(tmp_path, capsys, enc, f
     assert "the bytes are UTF-8" in _one_line_error(capsys)
 
 
+@pytest.mark.parametrize("enc", ["utf-16", "utf-16-le", "utf-32", "utf-7", "cp500"])
+@pytest.mark.parametrize("fmt,name", [("foodon-jsonl", "t.jsonl"), ("books-txt", "b.txt"), ("catalog-csv", "c.csv")])
+def test_ascii_incompatible_encoding_is_one_line(tmp_path, capsys, enc, fmt, name) -> None:
+    """-O encoding=utf-16 was a UnicodeDecodeError traceback in the books reader (it splits lines on
+    bytes); every loader reads line by line, so encodings that do not keep ASCII as ASCII are refused."""
+    src = tmp_path / name
+    text = ('{"id": "FZ:1", "label": "apple"}\n' if fmt == "foodon-jsonl" else "<篇名>书\n内容：味甘。\n" if fmt == "books-txt" else
+            "mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\nM1,a,a,,1,1,x,2020,u,\n")
+    for body in (text.encode(enc, "replace"), text.encode("gb18030")):  # the file in that encoding (EBCDIC has no Chinese), or not
+        src.write_bytes(body)
+        assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", f"encoding={enc}"]) == 2
+        line = _one_line_error(capsys)
+        assert "not an ASCII-compatible encoding" in line and "utf-8" in line, line
+    src.write_bytes(text.encode("utf-8-sig"))  # a BOM'd UTF-8 name is still fine
+    assert main(["graph", "add", "--graph", str(tmp_path / "g"), "--format", fmt, str(src), "-O", "encoding=utf-8-sig"]) == 0
+
+
+@pytest.mark.parametrize("enc,data_enc,alt", [("latin-1", "gb18030", "gb18030"), ("cp1252", "big5", "big5"), ("iso-8859-15", "gb18030", "gb18030")])
+def test_declared_latin_encoding_on_chinese_bytes_refused(tmp_path, capsys, enc, data_enc, alt) -> None:
+    """Latin-1 decodes every byte: declared on a GB18030 or Big5 book it stored 'ÈË²Î' mojibake silently."""
+    names = ["人参", "黄芪", "当归", "甘草", "大枣", "山药", "枸杞子"] if data_enc == "gb18030" else ["人參", "黃耆", "當歸", "甘草", "大棗", "山藥", "枸杞子"]
+    src = tmp_path / "t.jsonl"
+    src.write_bytes(b"".join((json.dumps({"id": f"X:{i}", "label": w}, ensure_ascii=False) + "\n").encode(data_enc)
+                             for i, w in enumerate(names * 3)))
+    graph = str(tmp_path / "g")
+    assert main(["graph", "add", "--create", "--graph", graph, "--format", "foodon-jsonl", str(src), "-O", f"encoding={enc}"]) == 2
+    line = _one_line_error(capsys)
+    assert "implausible" in line and f"-O encoding={alt}" in line, line
+    # Western text in the same encoding is read as before (accents between ASCII letters, clusters too)
+    latin = tmp_path / "l.jsonl"
+    words = ["café crème", "Größe", "süß", "Ærø", "naïve façade", "Jalapeño", "Öl", "Ärger", "pêche", "à côté"]
+    latin.write_bytes(b"".join((json.dumps({"id": f"L:{i}", "label": w}, ensure_ascii=False) + "\n").encode(enc) for i, w in enumerate(words)))
+    assert main(["graph", "add", "--graph", graph, "--format", "foodon-jsonl", str(latin), "-O", f"encoding={enc}"]) == 0
+    assert _count(tmp_path / "g", "SELECT COUNT(*) FROM entities WHERE name IN ('Größe', 'Jalapeño', 'à côté')") == 3
+
+
 def test_private_use_text_refused(tmp_path, capsys) -> None:
     """GB18030's user-defined area decodes to private-use characters: a file full of them is not text."""
     src = tmp_path / "t.jsonl"
@@ -567,6 +767,8 @@ def test_bom_at_every_line_keeps_book_markup(tmp_path) -> None:
     ("foodon-jsonl", "t.jsonl", '{"id": "FZ:1", "label": "apple"}\n{"id": "FZ:1", "label": "pear"}\n'),
     ("ontology-json", "d.json", '[{"curie": "FZ:1", "label": "apple"}, {"curie": "FZ:1", "label": "pear"}]'),
     ("kb-csv", "kb.csv", "id,name\nDSI1,apple\nDSI1,pear\n"),
+    ("catalog-csv", "c.csv", "mfh_id,name_zh,base_name_zh,variants_zh,batch,order_in_batch,announcement,date,source_url,note\n"
+                             "MFH1,apple,apple,,1,1,x,2020,u,\nMFH2,plum,plum,,1,2,x,2020,u,\nMFH1,pear,pear,,1,3,x,2020,u,\n"),
 ])
 def test_conflicting_duplicate_ids_refused(tmp_path, capsys, fmt, name, body) -> None:
     src = tmp_path / name
@@ -752,12 +954,19 @@ def test_mapping_file_changed_while_read_is_refused(tmp_path, capsys) -> None:
     assert "changed while the input was read" in _one_line_error(capsys)
 
 
+_OWL = ('<?xml version="1.0"?>\n<rdf:RDF xmlns:rdf="http://www.w3.org/1999/02/22-rdf-syntax-ns#" xmlns:owl="http://www.w3.org/2002/07/owl#" '
+        'xmlns:rdfs="http://www.w3.org/2000/01/rdf-schema#">\n<owl:Ontology rdf:about="http://x/o"/>\n{body}\n</rdf:RDF>\n')
+
+
 @pytest.mark.parametrize("fmt, name, body, expected", [
     ("obo", "t.obo", "format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:2\nname: plum\n\n[Term]\nid: X:1\nname: pear\n",
      "term X:1 is named twice: 'apple' (line 5) and 'pear'"),
     ("skos", "t.ttl", '@prefix skos: <http://www.w3.org/2004/02/skos/core#> .\n@prefix ex: <http://example.org/> .\n'
                       'ex:a a skos:Concept ; skos:prefLabel "apple"@en .\nex:a skos:prefLabel "pear"@en .\n',
      "2 prefLabels in language 'en': 'apple' and 'pear'"),
+    ("owl", "t.owl", _OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>apple</rdfs:label></owl:Class>'
+                                      '<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label>pear</rdfs:label></owl:Class>'),
+     "has two rdfs:labels in language '(none)': 'apple' and 'pear'"),
 ])
 def test_ontology_ids_defined_twice_with_different_names_refused(tmp_path, capsys, fmt, name, body, expected) -> None:
     """pronto merges OBO stanzas of one id and rdflib keeps both prefLabels: either way one name was lost silently."""
@@ -772,4 +981,14 @@ def test_obo_stanzas_of_one_id_with_the_same_name_still_merge(tmp_path, capsys) 
     src = tmp_path / "t.obo"
     src.write_text("format-version: 1.4\n\n[Term]\nid: X:1\nname: apple\n\n[Term]\nid: X:1\nsynonym: \"malus\" EXACT []\n", encoding="utf-8")
     assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "obo", str(src)]) == 0
+    assert "1 entities" in capsys.readouterr().out
+
+
+def test_owl_labels_in_other_languages_and_repeated_labels_still_read(tmp_path, capsys) -> None:
+    src = tmp_path / "t.owl"
+    src.write_text(_OWL.format(body='<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label xml:lang="en">apple</rdfs:label>'
+                                    '<rdfs:label xml:lang="fr">pomme</rdfs:label></owl:Class>'
+                                    '<owl:Class rdf:about="http://purl.obolibrary.org/obo/X_1"><rdfs:label xml:lang="en">apple</rdfs:label></owl:Class>'),
+                   encoding="utf-8")
+    assert main(["graph", "add", "--create", "--graph", str(tmp_path / "g"), "--format", "owl", str(src)]) == 0
     assert "1 entities" in capsys.readouterr().out

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from bencao import faults
-from bencao.errors import BencaoError, DiskFull, is_disk_full
-from bencao.io import atomic_write_json, check_name, check_text, clean_title, content_hash
+from bencao.errors import BencaoError, DiskFull, InvalidValue, is_disk_full
+from bencao.io import atomic_write_json, check_name, check_text, clean_title, content_hash, read_limits
 from bencao.text import norm_key
 
 SCHEMA_VERSION = 1
@@ -236,6 +236,9 @@ class DocumentBuilder:
         if attributes:
             ent.attributes = merge_attributes([ent.attributes, attributes])
         if description and not ent.description:
+            cap = read_limits().max_line_bytes  # a definition spread over many short lines (RDF/XML, Turtle) has no line to cap
+            if len(description) > cap:
+                raise InvalidValue(f"description of {len(description):,} characters, over the limit of {cap:,} (option max_line_bytes)")
             ent.description = check_text(description, "description")
         for alias, kind in aliases:
             self.alias(id, alias, kind)

@@ -88,6 +88,7 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
     b.relation("variant_of", "a kind listed under a catalogue item, e.g. 大枣 under 枣", opts.entity_type, opts.entity_type)
     catalog = b.entity(opts.catalog, "catalog", layer="terminology", description=opts.catalog_description or None)
     n = 0
+    ids: dict[str, tuple[str, str]] = {}  # catalogue id -> (base name, where): one id, one substance
     for batch in _batches(table.rows(), 2000):  # the graph's known names are looked up per batch, not per row
         names = []
         for row in batch:
@@ -97,7 +98,7 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
                 names += variant_aliases(base, row.values.get(cols.variants, ""), opts.variant_separator)
         b.prefetch_names(opts.entity_type, names)
         for row in batch:
-            n += _add_row(b, path, row, opts, catalog)
+            n += _add_row(b, path, row, opts, catalog, ids)
     if n == 0:
         raise InputError(path, "empty catalogue: no data rows")
     b.meta["rows"] = n
@@ -114,12 +115,18 @@ def _batches(rows: Any, size: int) -> Any:
         yield batch
 
 
-def _add_row(b: DocumentBuilder, path: Path, row: Any, opts: CatalogOptions, catalog: str) -> int:
+def _add_row(b: DocumentBuilder, path: Path, row: Any, opts: CatalogOptions, catalog: str,
+             ids: dict[str, tuple[str, str]]) -> int:
     cols = opts.columns
     get = lambda role: row.values.get(getattr(cols, role), "").strip() if getattr(cols, role) else ""  # noqa: E731
     base = get("base_name")
     if not base:
         raise InputError(path, f"empty base name (column {cols.base_name!r})", record=row.where)
+    if get("id"):  # two substances under one catalogue id would share its xref alias without a word
+        first = ids.setdefault(get("id"), (base, str(row.where)))
+        if first[0] != base:
+            raise InputError(path, f"catalogue id {get('id')[:60]!r} is defined twice with different names: {first[0][:60]!r} "
+                                   f"({first[1]}) and {base[:60]!r}; conflicting duplicate ids are refused", record=row.where)
     aliases: list[tuple[str, str]] = []
     if get("name") and get("name") != base:
         aliases.append((get("name"), "synonym"))

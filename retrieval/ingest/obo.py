@@ -49,6 +49,8 @@ def read_ontology(path: Path, fmt: str) -> Any:
             data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
     if fmt == "obo":
         _refuse_conflicting_stanzas(data, path)
+    else:
+        _refuse_conflicting_owl_labels(data, path)
     head = data[:4096]
     if fmt == "owl" and not RdfXMLParser.can_parse(str(path), head):
         raise InputError(path, "not an OWL RDF/XML file: expected an XML document starting with <?xml or <rdf:RDF")
@@ -100,6 +102,44 @@ def _refuse_conflicting_stanzas(data: bytes, path: Path) -> None:
                 raise InputError(path, f"term {current} is named twice: {first[0][:60]!r} (line {first[1]}) and {name[:60]!r}; "
                                        "OBO merges stanzas of one id, so one name would be lost — conflicting duplicate ids are refused",
                                  record=f"line {number}")
+
+
+_RDF_ABOUT = "{http://www.w3.org/1999/02/22-rdf-syntax-ns#}about"
+_RDFS_LABEL = "{http://www.w3.org/2000/01/rdf-schema#}label"
+_XML_LANG = "{http://www.w3.org/XML/1998/namespace}lang"
+
+
+def _refuse_conflicting_owl_labels(data: bytes, path: Path) -> None:
+    """pronto keeps one ``rdfs:label`` of a class, so a class given two labels in one language (the same
+    IRI declared twice with different names, or two files concatenated) silently lost one: refused,
+    naming both, as for OBO stanzas and SKOS prefLabels. Labels in different languages are fine.
+    Runs after :func:`check_entities`, so the XML holds no external or nested entities."""
+    import xml.etree.ElementTree as ET
+
+    labels: dict[tuple[str, str], str] = {}
+    depth = 0
+    try:
+        for event, elem in ET.iterparse(io.BytesIO(data), events=("start", "end")):
+            if event == "start":
+                depth += 1
+                continue
+            depth -= 1
+            about = elem.get(_RDF_ABOUT)
+            if about is not None:
+                for child in elem:
+                    if child.tag != _RDFS_LABEL or child.text is None or not child.text.strip():
+                        continue
+                    lang = (child.get(_XML_LANG) or "").lower()
+                    name = child.text.strip()
+                    first = labels.setdefault((about, lang), name)
+                    if first != name:
+                        raise InputError(path, f"class {about[:100]} has two rdfs:labels in language {lang or '(none)'!r}: "
+                                               f"{first[:60]!r} and {name[:60]!r}; one would be lost — conflicting duplicate "
+                                               "definitions are refused")
+            if depth <= 1:
+                elem.clear()  # a top-level element is done with: bounded memory on large files
+    except ET.ParseError:
+        return  # malformed XML: pronto's parse reports it with its line
 
 
 def _load(b: DocumentBuilder, path: Path, fmt: str) -> None:

@@ -42,13 +42,29 @@ _SUFFIX_FORMATS = {".ttl": "turtle", ".turtle": "turtle", ".rdf": "xml", ".xml":
 _OBO = "http://purl.obolibrary.org/obo/"
 
 
+# The syntaxes read, by every name rdflib knows them by (its media types included). Each name maps to
+# the canonical one the guards key on: an alias such as application/rdf+xml must not reach rdflib's
+# XML parser past the entity guard. Other rdflib parsers (trix, hext, patch) are not read.
+_FORMAT_NAMES = {"turtle": "turtle", "ttl": "turtle", "text/turtle": "turtle",
+                 "xml": "xml", "rdf/xml": "xml", "rdfxml": "xml", "rdf-xml": "xml", "application/rdf+xml": "xml",
+                 "json-ld": "json-ld", "jsonld": "json-ld", "application/ld+json": "json-ld",
+                 "nt": "nt", "ntriples": "nt", "n-triples": "nt", "nt11": "nt", "application/n-triples": "nt",
+                 "n3": "n3", "text/n3": "n3",
+                 "trig": "trig", "application/trig": "trig",
+                 "nquads": "nquads", "nq": "nquads", "n-quads": "nquads", "application/n-quads": "nquads"}
+_FORMAT_CHOICES = "turtle|xml|json-ld|nt|n3|trig|nquads"
+
+
 def rdf_format(path: Path, options: dict[str, Any]) -> str:
     if options.get("rdf_format"):
-        return str(options["rdf_format"])
+        given = str(options["rdf_format"]).strip()
+        if given.lower() not in _FORMAT_NAMES:
+            raise InputError(path, f"rdf_format {given[:40]!r} is not a syntax the skos format reads; give -O rdf_format={_FORMAT_CHOICES}")
+        return _FORMAT_NAMES[given.lower()]
     name = path.name[:-3] if path.name.endswith(".gz") else path.name
     suffix = Path(name).suffix.lower()
     if suffix not in _SUFFIX_FORMATS:
-        raise InputError(path, f"cannot tell the RDF syntax from {suffix or 'no suffix'!r}; give -o rdf_format=turtle|xml|json-ld|nt|n3|trig")
+        raise InputError(path, f"cannot tell the RDF syntax from {suffix or 'no suffix'!r}; give -O rdf_format={_FORMAT_CHOICES}")
     return _SUFFIX_FORMATS[suffix]
 
 
@@ -68,6 +84,8 @@ def parse_rdf(path: Path, fmt: str) -> Any:
         data = decode_text(raw, path, guess=False)  # UTF-8 (RDF's encoding), or the encoding option; NUL and UTF-16 refused
         if "\r" in data and fmt in ("turtle", "nt", "n3", "trig", "nquads"):  # bare-CR line ends read as LF
             data = data.replace("\r\n", "\n").replace("\r", "\n")
+        if fmt in ("turtle", "n3", "trig"):
+            _check_long_literals(data, path, read_limits().max_line_bytes)
     if fmt == "json-ld":
         _check_jsonld_contexts(data, path)
     rdf = rdflib.Graph()
@@ -81,6 +99,22 @@ def parse_rdf(path: Path, fmt: str) -> Any:
         line = getattr(exc, "lines", None) or getattr(exc, "lineno", None)
         raise InputError(path, f"malformed {fmt}: {msg[:300]}", record=f"line {line}" if isinstance(line, int) else None) from None
     return rdf
+
+
+def _check_long_literals(text: str, path: Path, cap: int) -> None:
+    """Refuse a triple-quoted literal longer than ``cap`` characters before rdflib reads it: its short
+    lines pass the line cap, and the Turtle parser slows down sharply on such a literal (48 MB in one
+    definition ran for more than 13 minutes)."""
+    for quote in ('"""', "'''"):
+        start = text.find(quote)
+        while start >= 0:
+            end = text.find(quote, start + 3)
+            if end < 0:
+                break
+            if end - start - 3 > cap:
+                raise InputError(path, f"a string literal of more than {cap:,} characters, over the limit (option max_line_bytes)",
+                                 record=f"line {text.count(chr(10), 0, start) + 1}")
+            start = text.find(quote, end + 3)
 
 
 def _check_jsonld_contexts(text: str, path: Path) -> None:
