@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval retrieval-peers eval-corpus bench train-demo venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval retrieval-peers graph-routes eval-corpus bench train-demo venv install-core install-dev clean-graph
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
@@ -97,6 +97,15 @@ retrieval-peers: $(VENV)/.installed-dev
 	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
 	$(BIN)/python bench/retrieval_peers.py --graph $(GRAPH) $(foreach f,$(PEERS_BENCH),--bench $(f)) --config $(PEERS_CONFIG) \
 		$(if $(LIMIT),--limit $(LIMIT))
+
+# The graph's other routes against plain BM25 (bench/graph_routes.py): entity votes, treats coverage, section
+# aggregation, HippoRAG-style PPR, alias expansion; parameters chosen on one half of DEV, the table on the other;
+# with the answers' ceiling (BM25 at 20..200 passages, the gold text anywhere in the graph). On the corpus graph:
+# make graph-routes GRAPH=graphs/classics PEERS_CONFIG=serving/classics DEV=... (about 20 min on 2 cores).
+graph-routes: $(VENV)/.installed-dev
+	@test -n "$(PEERS_BENCH)" || { echo "error: DEV=$(DEV): no benchmark files (*.jsonl); make graph-routes DEV=FOLDER" >&2; exit 2; }
+	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
+	$(BIN)/python bench/graph_routes.py --graph $(GRAPH) $(foreach f,$(PEERS_BENCH),--bench $(f)) --config $(PEERS_CONFIG) --ceiling
 
 # The classics corpus graph and the LLM-free dev evaluation on it (docs/corpus.md). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and

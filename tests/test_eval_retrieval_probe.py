@@ -223,3 +223,29 @@ def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_gra
     rows = json.loads((tmp_path / "rows.json").read_text(encoding="utf-8"))["rows"]
     assert rows["bm25 (plain)"][0]["gold_rank"] is not None  # 人参's entry holds 味甘，微寒 from the question alone
     assert "python bench/retrieval_peers.py --graph" in results.read_text(encoding="utf-8")
+
+
+def test_graph_routes_script_fits_on_one_half_and_scores_the_other(small_graph, tmp_path, capsys):
+    """bench/graph_routes.py: every route scored by the probe's metrics on the held-out half, with the ceiling."""
+    import importlib
+    import sys
+
+    bench_dir = Path(__file__).resolve().parents[1] / "bench"
+    sys.path.insert(0, str(bench_dir))
+    try:
+        routes = importlib.import_module("graph_routes")
+    finally:
+        sys.path.remove(str(bench_dir))
+    p = tmp_path / "herb_mcq.jsonl"
+    recs = [mcq(0), {**mcq(1), "answer": ["A"]}, {**mcq(2), "id": "q2"}, {**mcq(3), "id": "q3", "answer": ["A"]}]
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    results = tmp_path / "RESULTS.md"
+    assert routes.main(["--graph", str(small_graph), "--bench", str(p), "--set", "retrieval.index.dense_kinds=[]",
+                        "--ceiling", "--append", str(results)]) == 0
+    text = capsys.readouterr().out
+    for row in ("bm25 (plain)", "bencao (recipe)", "PPR (HippoRAG-style)", "PPR ⊕ bm25 (RRF)", "alias expansion"):
+        assert f"| {row} | 2 |" in text  # the second half: records 1 and 3
+    for name in ("entity votes", "treats coverage", "section aggregation"):
+        assert f"| {name} (" in text and f"{name}: " in text.split("Parameters chosen on the first half:")[1]
+    assert "gold text in any passage" in text
+    assert "python bench/graph_routes.py --graph" in results.read_text(encoding="utf-8")
