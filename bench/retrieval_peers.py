@@ -22,6 +22,9 @@ the code behind ``bencao eval``'s answer_recall@k / distractor_rate@k / margin@k
 - ``bencao with options (coverage)``: the system as shipped sees the options and queries once per option.
   Not question-only retrieval: shown because its recall looks high while its margin stays near 0.
 
+``--rows`` picks the optional rows (default ``channels,options``; ``none`` runs only plain BM25, dense only with
+``--dense``, and bencao: the comparison an embedder change needs, in a third of the time).
+
 ``dense only`` needs a graph with dense indexes (the sample graph built with ``retrieval/lexical`` has
 none): with one, add ``--dense`` for a row of the snippet index's dense search, question only.
 
@@ -92,9 +95,13 @@ def load_records(paths: list[str], limit: int | None) -> list[tuple[str, dict[st
     return out
 
 
+ROW_SETS = ("channels", "options")
+
+
 def run_rows(graph: str, config: str | None, overrides: list[str], records: list[tuple[str, dict[str, Any]]],
-             dense: bool = False, progress: bool = True) -> dict[str, dict[str, Any]]:
-    """Row name → {"rows": per-record probe rows, "seconds": per question}."""
+             dense: bool = False, progress: bool = True, rows: tuple[str, ...] = ROW_SETS) -> dict[str, dict[str, Any]]:
+    """Row name → {"rows": per-record probe rows, "seconds": per question}. ``rows``: which optional row sets
+    to run besides bm25 (plain), dense only (``dense``) and bencao: ``channels`` (one channel off each), ``options``."""
     from bencao.evaluation.bench_format import query_text
     from bencao.evaluation.probe import RetrievalProbe, passage_ranks, passage_text
     from bencao.serving.config import load_serve_config
@@ -129,7 +136,7 @@ def run_rows(graph: str, config: str | None, overrides: list[str], records: list
             return rows
 
         timed("dense only", dense_rows)
-    for name, extra in [("bencao", []), *CHANNELS]:
+    for name, extra in [("bencao", []), *(CHANNELS if "channels" in rows else [])]:
         cfg = load_serve_config(config, [*overrides, "answerer=none", *extra])
         probe = RetrievalProbe(graph, cfg, pipeline=base)
         timed(name, lambda: probe.run(recs))
@@ -142,7 +149,8 @@ def run_rows(graph: str, config: str | None, overrides: list[str], records: list
             rows.append(passage_ranks(r, [passage_text(s.path, s.text) for s in sn], [s.id for s in sn]))
         return rows
 
-    timed("bencao with options (coverage)", with_options)
+    if "options" in rows:
+        timed("bencao with options (coverage)", with_options)
     return out
 
 
@@ -204,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-resamples", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dense", action="store_true", help="add a dense-only row (needs the graph's dense snippet index)")
+    ap.add_argument("--rows", default=",".join(ROW_SETS),
+                    help="optional row sets besides bm25 (plain), dense only and bencao, comma-separated: channels (each channel off), "
+                         "options (with options, coverage); 'none' for neither")
     ap.add_argument("--append", default=None, help="append the table, with this command, to a results file (bench/RESULTS.md)")
     ap.add_argument("--json", default=None, help="write the per-record rows here")
     args = ap.parse_args(argv)
@@ -212,7 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     if not records:
         raise SystemExit("no record with an answer text (mcq, sd, rec with candidates, qa) in the files given")
     t0 = time.perf_counter()
-    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense)
+    rows = tuple(x for x in args.rows.split(",") if x and x != "none")
+    bad = [x for x in rows if x not in ROW_SETS]
+    if bad:
+        raise SystemExit(f"--rows: {', '.join(bad)} not among {', '.join(ROW_SETS)} (or none)")
+    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows)
     text = table(results, records, args.n_resamples, args.seed)
     wall = time.perf_counter() - t0
     cmd = "python bench/retrieval_peers.py " + " ".join(a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))

@@ -17,6 +17,14 @@ should return for the question:
   "yoghourt" → "yogurt; yoghurt; ... . A fermented milk product ..."; 一名X → the herb).
 - ``definition``: "Which term is described as follows: <definition, names masked>" → name and aliases.
 - ``heading``: a section's heading path → its first snippets' text (without the heading).
+- ``vignette`` (not in the default set): the questions users ask of a corpus of formularies and
+  materia medica — a formula's or herb's indication symptoms (its ``treats`` tails: 2 to
+  ``vignette_symptoms`` of them, sampled and shuffled, with 1 to ``vignette_noise`` symptoms of other
+  entries mixed in) in a clinical-vignette frame ("症见咳嗽痰盛，头痛目眩，胸膈烦满。治疗应首选的方剂是（  ）。")
+  → the book passage those ``treats`` triples were read from (the snippet sourcing most of the asked
+  symptoms). The answers are every entry whose indications hold all the asked (not the mixed-in)
+  symptoms; up to ``vignette_negatives`` hard negatives per row: the passages of entries sharing the
+  most asked symptoms, never an answer, an entity named like an answer, or a passage of the positive.
 
 Every row carries ``entity_id`` (the positive's entity, or the section for ``heading``), ``answers``
 (every entity that answers the question: never a negative) and a group: the source section, climbed
@@ -28,11 +36,13 @@ section.
 from __future__ import annotations
 
 import json
+import random
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
+from bencao.io import content_hash
 from bencao.text import has_cjk, lang_of, norm_key
 
 #: Question forms per relation and language; {noun} is the head's kind, {t} the tail.
@@ -51,6 +61,12 @@ FORMULA_QUESTIONS = {"zh": ("由{parts}组成的是{noun}？", "{h}由哪些材�
 DEFINITION_QUESTION = {"zh": "哪一种是：{x}", "en": "Which term is described as follows: {x}"}
 MASK = {"zh": "此物", "en": "this"}
 ALIAS_KINDS = ("synonym", "book_synonym", "variant", "label_name", "traditional")  # book_synonym: a book's 一名 (retrieval.ingest.substances)
+#: Vignette frames: an opening holding the symptoms, then the ask by the head's kind (the shapes of exam vignettes).
+VIGNETTE_OPENINGS = ("症见{s}。", "患者{s}。", "{s}。", "病人{s}，", "证见{s}，")
+VIGNETTE_ASKS = {"formula": ("主方为（  ）。", "治疗应首选的方剂是（  ）。", "宜用何方？", "当选用哪个方剂？", "治宜选用（  ）。"),
+                 "dish": ("宜用哪个食疗方？", "可选用的食疗方是（  ）。"),
+                 "_": ("宜用哪味药？", "治疗应首选的药物是（  ）。", "可选用何药？", "当用何药治之？")}
+VIGNETTE_SEPS = ("，", "、")
 _IDLIKE = re.compile(r"^(https?://|[A-Za-z]+[_:]\d+$|C\d{7}$)")
 
 
@@ -63,6 +79,7 @@ class PairRow:
     answers: frozenset[str]
     chain: tuple[str, ...] = ()  # candidate groups, most specific first (section → chapter → volume → book; parent → grandparent → type)
     lang: str = "zh"
+    negatives: tuple[tuple[str, str], ...] = ()  # hard negative candidates (entity, passage), best first (vignette)
 
 
 @dataclass
@@ -79,10 +96,16 @@ class Context:
     snippets: dict[str, dict[str, Any]] = field(default_factory=dict)
     section_parent: dict[str, str | None] = field(default_factory=dict)
     parents: dict[str, str] = field(default_factory=dict)  # entity → its first is_a parent
+    seed: int = 0
+    vignette_per_entry: int = 2
+    vignette_symptoms: int = 4
+    vignette_noise: int = 2
+    vignette_negatives: int = 3
 
     @classmethod
-    def load(cls, graph: Any, max_answers: int, positive_chars: int, heading_snippets: int) -> "Context":
-        ctx = cls(graph, max_answers, positive_chars, heading_snippets)
+    def load(cls, graph: Any, max_answers: int, positive_chars: int, heading_snippets: int, **options: Any) -> "Context":
+        """``options``: seed and the vignette_* knobs (PairsConfig)."""
+        ctx = cls(graph, max_answers, positive_chars, heading_snippets, **options)
         for e in graph.iter_entities():
             ctx.entities[e["id"]] = {"name": e["name"], "type": e["type"], "description": (e.get("description") or "").strip()}
         for _norm, eid, alias, kind in graph.iter_aliases():
@@ -308,7 +331,105 @@ def heading_rows(ctx: Context) -> Iterator[PairRow]:
     yield from flush()
 
 
+def _treats_sources(ctx: Context) -> dict[str, dict[str, list[str]]]:
+    """head → symptom → every book snippet its ``treats`` triple was read from (loaded into ``ctx.snippets``)."""
+    out: dict[str, dict[str, list[str]]] = defaultdict(dict)
+    sql = ("SELECT t.head_id, t.tail_id, ts.snippet_id FROM triples t JOIN triple_sources ts ON ts.triple_id = t.id "
+           "WHERE t.relation = 'treats' AND ts.snippet_id IS NOT NULL AND t.layer IN ('book', 'imported', 'completed') "
+           "ORDER BY t.rowid, ts.rowid")
+    for h, t, sid in ctx.graph.conn.execute(sql):
+        lst = out[h].setdefault(t, [])
+        if sid not in lst:
+            lst.append(sid)
+    missing = list({sid for by in out.values() for lst in by.values() for sid in lst} - set(ctx.snippets))
+    for i in range(0, len(missing), 5000):
+        ctx.snippets.update(ctx.graph.get_snippets(missing[i : i + 5000]))
+    return out
+
+
+def _best_snippet(sources: dict[str, list[str]], symptoms: list[str], snippets: dict[str, Any]) -> str | None:
+    """The snippet sourcing most of ``symptoms`` (first seen on a tie)."""
+    votes: dict[str, int] = {}
+    for t in symptoms:
+        for sid in sources.get(t, []):
+            if sid in snippets:
+                votes[sid] = votes.get(sid, 0) + 1
+    return max(votes, key=lambda s: votes[s]) if votes else None
+
+
+def vignette_rows(ctx: Context) -> Iterator[PairRow]:
+    """Indication symptoms (sampled, shuffled, others' symptoms mixed in) in a vignette frame → the entry's passage."""
+    facts = [(h, t) for h, t, _ in ctx.facts.get("treats", []) if h in ctx.entities and t in ctx.entities]
+    if not facts:
+        return
+    symptoms: dict[str, list[str]] = defaultdict(list)
+    holders: dict[str, set[str]] = defaultdict(set)
+    for h, t in facts:
+        if t not in symptoms[h]:
+            symptoms[h].append(t)
+        holders[t].add(h)
+    sources = _treats_sources(ctx)
+    names = {eid: {norm_key(n) for n in ctx.names(eid)} for eid in symptoms}
+    for h, own_all in symptoms.items():
+        if len(own_all) < 2 or h not in sources or _lang(ctx.name(h)) != "zh":
+            continue
+        own_sids = {sid for lst in sources[h].values() for sid in lst}
+        own_keys = {norm_key(ctx.name(x)) for x in own_all}
+        kind = ctx.entities[h]["type"]
+        asks = VIGNETTE_ASKS.get(kind, VIGNETTE_ASKS["_"])
+        seen: set[tuple[str, ...]] = set()
+        for i in range(ctx.vignette_per_entry):
+            rng = random.Random(content_hash(ctx.seed, "vignette", h, i))
+            own = rng.sample(own_all, rng.randint(2, max(2, min(ctx.vignette_symptoms, len(own_all)))))
+            if tuple(sorted(own)) in seen:
+                continue
+            seen.add(tuple(sorted(own)))
+            answers = set.intersection(*(holders[t] for t in own))
+            if len(answers) > ctx.max_answers:
+                continue
+            sid = _best_snippet(sources[h], own, ctx.snippets)
+            if sid is None:
+                continue
+            noise: list[str] = []
+            for _ in range(rng.randint(1, ctx.vignette_noise) if ctx.vignette_noise > 0 else 0):
+                for _try in range(20):  # a symptom of another entry, drawn by how often the books give it
+                    t = facts[rng.randrange(len(facts))][1]
+                    if t not in own_all and t not in noise and norm_key(ctx.name(t)) not in own_keys:
+                        noise.append(t)
+                        break
+            words = [ctx.name(t) for t in own + noise]
+            rng.shuffle(words)
+            anchor = rng.choice(VIGNETTE_OPENINGS).format(s=rng.choice(VIGNETTE_SEPS).join(words)) + rng.choice(asks)
+            pos, sec = ctx.entry(h, sid)
+            blocked = set().union(*(names.get(a, {norm_key(ctx.name(a))}) for a in answers))
+            shared: dict[str, int] = {}
+            for t in own:
+                for x in holders[t]:
+                    if x not in answers:
+                        shared[x] = shared.get(x, 0) + 1
+            negs: list[tuple[str, str]] = []
+            buckets: dict[int, list[str]] = defaultdict(list)
+            for x in sorted(shared):
+                buckets[shared[x]].append(x)
+            order: list[str] = []
+            for n in sorted(buckets, reverse=True):  # most shared symptoms first, a seeded order within a count
+                rng.shuffle(buckets[n])
+                order += buckets[n]
+            for x in order:
+                if len(negs) >= ctx.vignette_negatives:
+                    break
+                if names.get(x, set()) & blocked:
+                    continue
+                xsid = _best_snippet(sources.get(x, {}), [t for t in own if x in holders[t]], ctx.snippets)
+                if xsid is None or xsid in own_sids:
+                    continue
+                text, _ = ctx.entry(x, xsid)
+                if text != pos:
+                    negs.append((x, text))
+            yield PairRow(anchor, pos, "vignette", h, frozenset(answers), ctx.chain(h, sec), "zh", tuple(negs))
+
+
 TEMPLATES: dict[str, Callable[[Context], Iterator[PairRow]]] = {
     "fact": fact_rows, "composite": composite_rows, "attributes": attribute_rows, "formula": formula_rows,
-    "alias": alias_rows, "definition": definition_rows, "heading": heading_rows,
+    "alias": alias_rows, "definition": definition_rows, "heading": heading_rows, "vignette": vignette_rows,
 }

@@ -47,7 +47,15 @@ class PairsConfig:
                                           "llm (the teacher rewrites entity explanations as questions).")
     llm: LLMConfig = field(default_factory=LLMConfig, help="The teacher LLM (teacher=llm).")
     templates: list[str] = field(default_factory=lambda: ["fact", "composite", "attributes", "formula", "alias", "definition", "heading"],
-                                 help="teacher=template: which templates (bencao.data_gen.pair_templates.TEMPLATES).")
+                                 help="teacher=template: which templates (bencao.data_gen.pair_templates.TEMPLATES); add vignette for "
+                                      "symptom vignettes → the formula's or herb's passage (not in the default set).")
+    vignette_per_entry: int = field(2, help="template vignette: questions per formula/herb (each a fresh sample of its symptoms; "
+                                            "a repeated sample is asked once).")
+    vignette_symptoms: int = field(4, help="template vignette: at most this many of the entry's own indication symptoms per question "
+                                           "(at least 2; entries with fewer than 2 are not asked).")
+    vignette_noise: int = field(2, help="template vignette: 1 to this many symptoms of other entries mixed into each question (0: none).")
+    vignette_negatives: int = field(3, help="template vignette: hard negative candidates per row (passages of entries sharing the most "
+                                            "asked symptoms; the first one that passes the guard becomes the row's negative).")
     languages: list[str] = field(default_factory=list, help="Keep only rows whose anchor is in these languages (zh, en); empty: all.")
     max_answers: int = field(3, help="teacher=template: a question with more answers than this is not asked (too generic).")
     min_group_entities: int = field(2, help="A group climbs (section → chapter → volume; parent → grandparent) until it holds this many entities.")
@@ -191,11 +199,19 @@ def guarded_negatives(records: list[dict[str, Any]], norms: dict[str, set[str]])
     for i, r in enumerate(records):
         by_group.setdefault(r["group"], []).append(i)
         by_lang.setdefault(r["lang"], []).append(i)
-    counts = {"same_group": 0, "same_language": 0, "none": 0}
+    counts = {"hard": 0, "same_group": 0, "same_language": 0, "none": 0}
     for r in records:
         blocked_names = set().union(*(norms.get(a, set()) for a in r["answers"])) if r["answers"] else set()
         start = int(content_hash(r["anchor"], r["positive"]), 16)
         r["negative"] = ""
+        for eid, text in r.get("hard", ()):  # the template's own candidates (vignette: entries sharing symptoms), same guard
+            if eid in r["answers"] or text == r["positive"] or norms.get(eid, set()) & blocked_names:
+                continue
+            r["negative"] = text
+            counts["hard"] += 1
+            break
+        if r["negative"]:
+            continue
         for where, pool in (("same_group", by_group[r["group"]]), ("same_language", by_lang[r["lang"]])):
             for k in range(min(len(pool), 200)):
                 x = records[pool[(start + k) % len(pool)]]
@@ -220,7 +236,9 @@ def template_records(graph: Any, cfg: PairsConfig) -> tuple[list[dict[str, Any]]
     unknown = [t for t in cfg.templates if t not in TEMPLATES]
     if unknown:
         raise ConfigError(f"templates: {', '.join(unknown)} not among {', '.join(TEMPLATES)}")
-    ctx = Context.load(graph, cfg.max_answers, cfg.positive_chars, cfg.heading_snippets)
+    ctx = Context.load(graph, cfg.max_answers, cfg.positive_chars, cfg.heading_snippets, seed=cfg.seed,
+                       vignette_per_entry=cfg.vignette_per_entry, vignette_symptoms=cfg.vignette_symptoms,
+                       vignette_noise=cfg.vignette_noise, vignette_negatives=cfg.vignette_negatives)
     rows: list[Any] = []
     per_template: dict[str, int] = {}
     for name in cfg.templates:
@@ -242,13 +260,15 @@ def template_records(graph: Any, cfg: PairsConfig) -> tuple[list[dict[str, Any]]
     groups = assign_groups(rows, cfg.min_group_entities)
     split = entity_groups(rows)
     records = [{"anchor": r.anchor, "positive": r.positive, "group": groups[id(r)], "entity_id": r.entity_id, "template": r.template,
-                "answers": sorted(r.answers), "lang": r.lang, "split_key": split[r.entity_id]} for r in rows]
-    norms = {eid: {norm_key(n) for n in ctx.names(eid)} for eid in {a for r in rows for a in (r.entity_id, *r.answers)} if eid in ctx.entities}
+                "answers": sorted(r.answers), "lang": r.lang, "split_key": split[r.entity_id], "hard": r.negatives} for r in rows]
+    norms = {eid: {norm_key(n) for n in ctx.names(eid)}
+             for eid in {a for r in rows for a in (r.entity_id, *r.answers, *(x for x, _ in r.negatives))} if eid in ctx.entities}
     for rec in records:
         rec["answers"] = set(rec["answers"])
     negs = guarded_negatives(records, norms)
     for rec in records:
         rec["answers"] = sorted(rec["answers"])
+        del rec["hard"]
     sizes: dict[str, int] = {}
     for rec in records:
         sizes[rec["group"]] = sizes.get(rec["group"], 0) + 1

@@ -224,6 +224,14 @@ def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_gra
     assert rows["bm25 (plain)"][0]["gold_rank"] is not None  # 人参's entry holds 味甘，微寒 from the question alone
     assert "python bench/retrieval_peers.py --graph" in results.read_text(encoding="utf-8")
 
+    # --rows none: only the plain BM25 and bencao rows (the optional channel and coverage rows left out)
+    assert peers.main(["--graph", str(small_graph), "--bench", str(p), "--set", "retrieval.index.dense_kinds=[]",
+                       "--n-resamples", "20", "--rows", "none"]) == 0
+    text = capsys.readouterr().out
+    assert "| bm25 (plain) | 2 |" in text and "| bencao | 2 |" in text and "−micro" not in text and "with options" not in text
+    with pytest.raises(SystemExit):
+        peers.main(["--graph", str(small_graph), "--bench", str(p), "--rows", "channel"])
+
 
 def test_graph_routes_script_fits_on_one_half_and_scores_the_other(small_graph, tmp_path, capsys):
     """bench/graph_routes.py: every route scored by the probe's metrics on the held-out half, with the ceiling."""
