@@ -82,7 +82,7 @@ def index(
     con = _console()
     with writer_lock(graph), Graph.open(graph) as g:
         cfg = resolve_index_config(g, config, cliopts.merged(overrides, set_))
-        summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"embedding {kind}: {i}/{n}", end="\r"))
+        summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"index {kind}: {i}/{n}", end="\r"))
     typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
 
 

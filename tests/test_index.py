@@ -223,3 +223,17 @@ def test_graph_index_command(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["lexical"] == {"entities": 10, "snippets": 4} and summary["embedded"] == 0
     assert main(["graph", "index", "--graph", str(tmp_path / "nope")]) == 2
+
+
+def test_index_build_reports_each_kind_as_it_starts(tmp_path):
+    """Reading items and the lexical build take minutes at corpus scale: progress names each kind before its work
+    (off a terminal a description change is a log line), not only once the embedding of a dense kind runs."""
+    g = build_tcm_graph(tmp_path / "tcm")
+    seen: list[tuple[str, int, int]] = []
+    update_indexes(g, {"dense_kinds": []}, force=True, progress=lambda kind, i, n: seen.append((kind, i, n)))
+    names = [k for k, _, _ in seen]
+    for kind in ("entities", "triples", "snippets", "sections"):
+        assert f"{kind} (reading)" in names
+        assert any(n.startswith(f"{kind} (lexical, ") for n in names)
+    assert names.index("snippets (reading)") < next(i for i, n in enumerate(names) if n.startswith("snippets (lexical"))
+    g.close()
