@@ -201,16 +201,21 @@ def test_resume_refuses_to_mix_probe_settings(small_graph, bench, tmp_path):
     assert probe.identity(_cfg("answer.closed_book=true"), small_graph) is None and probe.identity(_cfg(), None) is None
 
 
-def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_graph, tmp_path, capsys):
+def bench_module(name: str):  # noqa: ANN201
+    """A script of bench/ imported as a module (the scripts import each other by name)."""
     import importlib
     import sys
 
     bench_dir = Path(__file__).resolve().parents[1] / "bench"
     sys.path.insert(0, str(bench_dir))
     try:
-        peers = importlib.import_module("retrieval_peers")
+        return importlib.import_module(name)
     finally:
         sys.path.remove(str(bench_dir))
+
+
+def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_graph, tmp_path, capsys):
+    peers = bench_module("retrieval_peers")
     p = tmp_path / "herb_mcq.jsonl"
     p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in (mcq(0), {**mcq(1), "answer": ["A"]})), encoding="utf-8")
     results = tmp_path / "RESULTS.md"
@@ -235,15 +240,7 @@ def test_retrieval_peers_script_scores_every_row_with_the_same_metrics(small_gra
 
 def test_graph_routes_script_fits_on_one_half_and_scores_the_other(small_graph, tmp_path, capsys):
     """bench/graph_routes.py: every route scored by the probe's metrics on the held-out half, with the ceiling."""
-    import importlib
-    import sys
-
-    bench_dir = Path(__file__).resolve().parents[1] / "bench"
-    sys.path.insert(0, str(bench_dir))
-    try:
-        routes = importlib.import_module("graph_routes")
-    finally:
-        sys.path.remove(str(bench_dir))
+    routes = bench_module("graph_routes")
     p = tmp_path / "herb_mcq.jsonl"
     recs = [mcq(0), {**mcq(1), "answer": ["A"]}, {**mcq(2), "id": "q2"}, {**mcq(3), "id": "q3", "answer": ["A"]}]
     p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
