@@ -325,7 +325,7 @@ def test_graph_add_and_remove_racing_a_stream_of_requests(tmp_path_factory):
             time.sleep(1.0)
             for _round in range(2):
                 t = time.monotonic()
-                out = subprocess.run([*BENCAO, "graph", "add", "--graph", str(graph), "--format", "books-md", "-o", "materia_medica=true",
+                out = subprocess.run([*BENCAO, "graph", "add", "--graph", str(graph), "--format", "books-md", "-O", "materia_medica=true",
                                       str(doc)], cwd=REPO, env=env(), capture_output=True, text=True, timeout=300)
                 assert out.returncode == 0, out.stderr
                 doc_id = out.stdout.split()[1]
