@@ -75,7 +75,7 @@ def link_layers(g: Graph, ix: Any, *, source_layer: str, target_layer: str, delt
             vecs = embed_cached(ix, texts)
             if progress:
                 progress("embedding", len(texts), len(texts))
-            types = {i: type_group(r[0]) for i, r in _types(g, [it.id for it in src + tgt]).items()}
+            types = {i: type_group(e["type"]) for i, e in g.get_entities(it.id for it in src + tgt).items()}
             for group in sorted({types[t.id] for t in tgt}):  # nearest of the same kind: a herb is no symptom's name
                 gs, gt = [i for i, it in enumerate(src) if types[it.id] == group], [j for j, it in enumerate(tgt) if types[it.id] == group]
                 if not gs:
@@ -124,14 +124,6 @@ def type_group(type_: str) -> str:
     """The kind of thing an entity type names (:data:`TYPE_GROUPS`; any other type is its own kind).
     Embedding links join entities of one kind only."""
     return next((g for g, types in TYPE_GROUPS.items() if type_ in types), type_)
-
-
-def _types(g: Graph, ids: list[str]) -> dict[str, tuple[str]]:
-    out: dict[str, tuple[str]] = {}
-    for i in range(0, len(ids), 500):
-        chunk = ids[i:i + 500]
-        out.update({r[0]: (r[1],) for r in g.conn.execute(f"SELECT id, type FROM entities WHERE id IN ({','.join('?' * len(chunk))})", chunk)})
-    return out
 
 
 def _layer_ids(g: Graph, layer: str) -> set[str]:
