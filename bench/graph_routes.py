@@ -85,12 +85,9 @@ class Routes:
         if q not in self._pools:
             from bencao.evaluation.probe import passage_text
 
-            scores = self.bm25.index.scores(q)
-            order = np.argsort(-scores, kind="stable")[:POOL]
-            ids = [self.bm25.index.ids[i] for i in order if scores[i] > 0]
-            rows = self.g.get_snippets(ids)
-            sc = {self.bm25.index.ids[i]: float(scores[i]) for i in order}
-            self._pools[q] = [(s, sc[s], passage_text(rows[s].get("path"), rows[s]["text"])) for s in ids if s in rows]
+            ranked = self.bm25.ranked(q, POOL)
+            rows = self.g.get_snippets([s for s, _ in ranked])
+            self._pools[q] = [(s, sc, passage_text(rows[s].get("path"), rows[s]["text"])) for s, sc in ranked if s in rows]
         return self._pools[q]
 
     def _passages(self, ids: list[str]) -> list[str]:

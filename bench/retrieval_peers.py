@@ -71,10 +71,14 @@ class PlainBM25:
         self.index = LexicalIndex.build(tokens(), ids)  # streamed: ids fill as the token lists are consumed
         self.build_s = time.perf_counter() - t
 
-    def search(self, question: str, k: int = 20) -> list[str]:
+    def ranked(self, question: str, k: int = 20) -> list[tuple[str, float]]:
+        """The ``k`` best snippets with a positive score, (id, BM25), best first."""
         scores = self.index.scores(question)  # analyze_query, then bm25s' get_scores over every document
         order = np.argsort(-scores, kind="stable")[:k]
-        return [self.index.ids[i] for i in order if scores[i] > 0]
+        return [(self.index.ids[i], float(scores[i])) for i in order if scores[i] > 0]
+
+    def search(self, question: str, k: int = 20) -> list[str]:
+        return [sid for sid, _ in self.ranked(question, k)]
 
     def passages(self, question: str, k: int = 20) -> tuple[list[str], list[str]]:
         from bencao.evaluation.probe import passage_text
