@@ -3,6 +3,7 @@ bombs, tracebacks, wrong encodings, invisible names, a full disk. Each test fail
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -15,6 +16,24 @@ from bencao.cli import main
 from bencao.errors import InputError
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.ingest.registry import ingest_file
+
+
+@contextlib.contextmanager
+def disk_full_at(n: int):  # noqa: ANN201
+    """The n-th write (a SQLite statement or a file write) fails as on a full disk: SQLITE_FULL or ENOSPC."""
+    import errno
+
+    seen = {"n": 0}
+
+    def full(kind: str) -> None:
+        seen["n"] += 1
+        if seen["n"] == n:
+            if kind == "sqlite":
+                raise sqlite3.OperationalError("database or disk is full")
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+        yield
 
 
 def _terms(n: int, start: int = 0) -> bytes:
@@ -464,7 +483,6 @@ def test_full_disk_at_each_write_of_an_add(tmp_path, capsys) -> None:
     """ENOSPC injected at the n-th write (SQLite statement or index/manifest file) of `graph add` on an
     indexed graph, for every n until the add gets through: each run ends in one line, leaves no
     temporary file, and the graph answers the add again once space is back."""
-    import errno
     import shutil
 
     from tests.retrieval_graphs import build_tcm_graph
@@ -477,16 +495,7 @@ def test_full_disk_at_each_write_of_an_add(tmp_path, capsys) -> None:
     for n in range(1, 40):
         graph = tmp_path / f"g{n}"
         shutil.copytree(base, graph)
-        seen = {"n": 0}
-
-        def full(kind: str) -> None:
-            seen["n"] += 1
-            if seen["n"] == n:
-                if kind == "sqlite":
-                    raise sqlite3.OperationalError("database or disk is full")
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-        with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+        with disk_full_at(n):
             rc = main(["graph", "add", str(book), "--graph", str(graph), "--format", "books-txt"])
         if rc == 0:
             capsys.readouterr()
@@ -519,8 +528,6 @@ def _book(path: Path, n: int) -> Path:
 def test_full_disk_at_each_write_of_a_build(tmp_path, capsys) -> None:
     """ENOSPC/SQLITE_FULL at the n-th write of `graph build` (SQLite statements, the WAL checkpoint, index
     files): one line naming the graph, the previous version still served, no temporary directory left."""
-    import errno
-
     graph = tmp_path / "g"
     assert main(["graph", "build", "--config", str(_build_recipe(tmp_path, _book(tmp_path / "old.txt", 3), "old")),
                  "--graph", str(graph)]) == 0
@@ -528,16 +535,7 @@ def test_full_disk_at_each_write_of_a_build(tmp_path, capsys) -> None:
     capsys.readouterr()
     failed_at = []
     for n in range(1, 60):
-        seen = {"n": 0}
-
-        def full(kind: str) -> None:
-            seen["n"] += 1
-            if seen["n"] == n:
-                if kind == "sqlite":
-                    raise sqlite3.OperationalError("database or disk is full")
-                raise OSError(errno.ENOSPC, "No space left on device")
-
-        with faults.on("sqlite.write", lambda: full("sqlite")), faults.on("file.write", lambda: full("file")):
+        with disk_full_at(n):
             rc = main(["graph", "build", "--config", str(recipe), "--graph", str(graph)])
         if rc == 0:
             break
