@@ -276,12 +276,20 @@ def test_cli_cases_and_link_layers(tmp_path, capsys):
     assert "level 2: 消渴" in out and "治疗：" in out
     assert main(["graph", "link-layers", "--graph", d, "--source", "terminology", "--target", "case"]) == 2
     assert "no entity of layer 'terminology'" in capsys.readouterr().err
-    # no index, Chinese layers, no trained static-zh model here: the exact name links, and how to train one
+    # by default the name links only: the embedding step is opt-in (its links were judged less precise)
     assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case"]) == 0
+    out = capsys.readouterr().out
+    assert "4 links book → case: 4 by name;" in out and " by embedding with" not in out and "--embedding adds" in out
+    # the embedder's options without --embedding: one usage line, nothing linked anew
+    assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--delta", "0.2"]) == 2
+    assert "add --embedding" in capsys.readouterr().err
+    # --embedding, no index, Chinese layers, no trained static-zh model here: the name links, and how to train one
+    assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--embedding"]) == 0
     out = capsys.readouterr().out
     assert "4 links book → case" in out and "4 by name, 0 by embedding with no embedder" in out
     assert "no embedder here reads Chinese" in out and "--config embed/static-zh" in out
-    assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--set", "index.dense_kinds=[]"]) == 0
+    assert main(["graph", "link-layers", "--graph", d, "--source", "book", "--target", "case", "--embedding",
+                 "--set", "index.dense_kinds=[]"]) == 0
     out = capsys.readouterr().out
     assert "4 links book → case" in out and "cannot read" in out and "retrieval/static-zh" in out
 
