@@ -730,6 +730,16 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}
 
 
+#: The linking prompts fence the candidate cards between <candidates> lines: a card cannot open or close the fence.
+_FENCE_TAG_RE = re.compile(r"<\s*/?\s*candidates\b[^>]*>?", re.IGNORECASE)
+
+
+def _card_text(text: Any) -> str:
+    """A field of a candidate card as the prompt shows it: one line (a definition cannot start a numbered
+    candidate of its own), fence tags defused (an ontology's text is quoted data, not instructions)."""
+    return _FENCE_TAG_RE.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), " ".join(str(text or "").split()))
+
+
 def describe_candidate(linker: EntityLinker, eid: str) -> dict[str, Any]:
     """What an LLM is shown of a concept: label, synonyms, definition, parents (FoodOntoRAG's candidate card)."""
     ent = linker.g.get_entity(eid) or {}
@@ -737,8 +747,9 @@ def describe_candidate(linker: EntityLinker, eid: str) -> dict[str, Any]:
     syns = [n for n in dict.fromkeys(linker.tables.names_of(eid)) if n != label][:6]
     parents = [r[0] for r in linker.g.conn.execute("SELECT tail_id FROM triples WHERE head_id=? AND relation='is_a' LIMIT 3", (eid,))]
     pnames = linker.g.get_entities(parents)
-    return {"id": eid, "label": label, "type": ent.get("type"), "synonyms": syns,
-            "definition": (ent.get("description") or "")[:240], "parents": [pnames.get(p, {}).get("name", p) for p in parents]}
+    return {"id": eid, "label": _card_text(label), "type": _card_text(ent.get("type")), "synonyms": [_card_text(n) for n in syns],
+            "definition": _card_text((ent.get("description") or "")[:240]),
+            "parents": [_card_text(pnames.get(p, {}).get("name", p)) for p in parents]}
 
 
 def _lang(*texts: str | None) -> str:
