@@ -30,6 +30,15 @@ Rows (the pool is plain BM25's 200 best passages for the question; nothing reads
   best by reciprocal rank fusion.
 - ``alias expansion``: the question's tokens plus the names of the entities they name (aliases, 一名,
   traditional forms; at most three entities per token), the same BM25.
+- ``learned rerank``: the pool re-ranked by a gradient-boosted classifier (scikit-learn's
+  HistGradientBoostingClassifier) over every signal above at once — BM25 share and rank, entity votes,
+  section and book aggregation, the question's idf mass the passage covers, its length, whether it is an
+  entry (its heading names a graph entity), how many formula / substance / symptom / effect names it holds
+  beyond the question's, and the question's type (formula, herb, acupoint, syndrome, treatment asked; SD)
+  crossed with those counts. Trained on the first half's pools, a passage labelled positive when it holds
+  the gold option's text and at most half of the distractors' (the fitted "fusion weights" of issue 24:
+  nothing per record), and applied to the second half's questions, whose options it never reads.
+  ``--fit-half 1`` swaps the halves.
 
 ``--ceiling`` adds, over all records: BM25's recall at 20 … 200 passages, and the share of records whose
 gold (and each distractor's) text occurs in any passage of the graph at all.
@@ -39,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 import time
 from collections import defaultdict
@@ -51,6 +61,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from retrieval_peers import PlainBM25, load_records, table  # noqa: E402  (a bench script beside this one)
 
 POOL = 200
+#: what the question asks for, read from its last 40 characters (where an exam stem asks its question)
+ASKS = {"formula": re.compile(r"方|汤|散|丸"), "herb": re.compile(r"药|何味"), "point": re.compile(r"穴|针|灸"),
+        "syndrome": re.compile(r"证|辨证|诊断|病机"), "treatment": re.compile(r"治法|治则|治宜|治疗")}
+ENTITY_TYPES = ("formula", "substance", "symptom", "effect")
 
 
 class Routes:
@@ -64,6 +78,9 @@ class Routes:
         for norm, eid in c.execute("SELECT norm, entity_id FROM aliases WHERE kind != 'xref'"):
             self.ent_of[norm].add(eid)
             self.names_of[eid].add(norm)
+        self.types: dict[str, set[str]] = defaultdict(set)
+        for norm, typ in c.execute("SELECT a.norm, e.type FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.kind != 'xref'"):
+            self.types[norm].add(typ)
         self.symptoms: dict[str, set[str]] = defaultdict(set)
         for norm, eid in c.execute("SELECT a.norm, a.entity_id FROM aliases a JOIN entities e ON e.id = a.entity_id "
                                    "WHERE e.type = 'symptom' AND a.kind != 'xref'"):
@@ -77,6 +94,8 @@ class Routes:
         self._toks: dict[str, set[str]] = {}
         self._pools: dict[str, list[tuple[str, float, str]]] = {}
         self._sec: dict[str, str] = {}
+        self._doc: dict[str, tuple[str, bool]] = {}
+        self.model: Any = None
         self._ppr: Any = None
 
     # ------------------------------------------------------------------ shared
@@ -112,22 +131,27 @@ class Routes:
         p = self.pool(q)[:20]
         return [t for _, _, t in p], [s for s, _, _ in p]
 
-    def entity_votes(self, q: str, lam: float) -> tuple[list[str], list[str]]:
+    def _votes(self, q: str) -> tuple[list[set[str]], dict[str, float]]:
+        """The pool's passages' entity names (not in the question) and the ten best names' votes (max 1)."""
         from bencao.text import norm_key
 
         pool = self.pool(q)
-        if not pool:
-            return [], []
         qk, top = norm_key(q), pool[0][1]
         votes: dict[str, float] = defaultdict(float)
-        held = [self._entity_tokens(s, t) for s, _, t in pool]
+        held = [{t for t in self._entity_tokens(s, x) if t not in qk} for s, _, x in pool]
         for (s, sc, _), toks in zip(pool, held):
             for t in toks:
-                if t not in qk:
-                    votes[t] += sc / top
-        best = sorted(((t, v * math.log(self.n_docs / self._df(t))) for t, v in votes.items()), key=lambda kv: -kv[1])[:10]
+                votes[t] += sc / top
+        best = sorted(((t, v * math.log(self.n_docs / self._df(t))) for t, v in votes.items()), key=lambda kv: (-kv[1], kv[0]))[:10]
         mx = best[0][1] if best else 1.0
-        bonus = {t: v / mx for t, v in best}
+        return held, {t: v / mx for t, v in best}
+
+    def entity_votes(self, q: str, lam: float) -> tuple[list[str], list[str]]:
+        pool = self.pool(q)
+        if not pool:
+            return [], []
+        top = pool[0][1]
+        held, bonus = self._votes(q)
         ranked = sorted(zip(pool, held), key=lambda x: -(x[0][1] / top + lam * sum(bonus.get(t, 0.0) for t in x[1])))
         return [t for (_, _, t), _ in ranked[:20]], [s for (s, _, _), _ in ranked[:20]]
 
@@ -228,6 +252,83 @@ class Routes:
         return self._passages(ids), ids
 
 
+    # ------------------------------------------------------------------ learned rerank
+    def features(self, q: str) -> np.ndarray:
+        """One row per pool passage: the signals the learned rerank weighs (the module docstring)."""
+        from bencao.retrieval.index.lexical import analyze
+
+        pool = self.pool(q)
+        if not pool:
+            return np.zeros((0, 0))
+        miss = [s for s, _, _ in pool if s not in self._doc]
+        for sid, row in self.g.get_snippets(miss).items():
+            path = row.get("path") or []
+            self._sec[sid] = row["section_id"]
+            self._doc[sid] = (row.get("document_id") or "", bool(path) and norm(path[-1]) in self.types)
+        top = pool[0][1]
+        held, bonus = self._votes(q)
+        sec: dict[str, float] = defaultdict(float)
+        doc: dict[str, float] = defaultdict(float)
+        for s, sc, _ in pool:
+            sec[self._sec.get(s, s)] += sc / top
+            doc[self._doc.get(s, (s, False))[0]] += sc / top
+        msec, mdoc = max(sec.values()), max(doc.values())
+        qw = {t: math.log(1 + self.n_docs / (self._df(t) + 0.5)) for t in set(self.aq(q))}
+        qsum = sum(qw.values()) or 1.0
+        asks = [1.0 if rx.search(q[-40:]) else 0.0 for rx in ASKS.values()]
+        rows = []
+        for rank, ((s, sc, text), names) in enumerate(zip(pool, held)):
+            toks = set(analyze(text))
+            counts = [math.log1p(sum(1 for t in names if typ in self.types[t])) for typ in ENTITY_TYPES]
+            entry = float(self._doc.get(s, ("", False))[1])
+            rows.append([sc / top, 1 / math.log2(rank + 2), sc, sum(bonus.get(t, 0.0) for t in names), sec[self._sec.get(s, s)] / msec,
+                         doc[self._doc.get(s, (s, False))[0]] / mdoc, math.log1p(len(text)),
+                         sum(w for t, w in qw.items() if t in toks) / qsum, math.log1p(len(names)), entry, *counts, *asks,
+                         asks[0] * counts[0], asks[1] * counts[1], asks[0] * entry, asks[3] * text.count("证"), asks[2] * text.count("穴")])
+        return np.asarray(rows, dtype=float)
+
+    def fit(self, records: list[dict[str, Any]]) -> None:
+        """The learned rerank's classifier, from these records' pools (labels read their options)."""
+        from sklearn.ensemble import HistGradientBoostingClassifier
+
+        from bencao.evaluation.probe import option_texts
+
+        X, y = [], []
+        for r in records:
+            f = self.features(r["question"])
+            if not len(f):
+                continue
+            gold, dis = option_texts(r)
+            gk = [k for k in (norm(t) for t in gold) if k]
+            dk = [k for k in (norm(t) for t in dis.values()) if k]
+            for (_, _, text), row in zip(self.pool(r["question"]), f):
+                pk = norm(text)
+                y.append(int(any(k in pk for k in gk) and sum(k in pk for k in dk) <= len(dk) / 2))
+                X.append(row)
+        if len(set(y)) < 2:  # no passage of the fitting half holds a gold option (or every one does): nothing to learn
+            print("  learned rerank: the fitting half's pools have one label only; the route keeps BM25's order", file=sys.stderr)
+            self.model = None
+            return
+        self.model = HistGradientBoostingClassifier(max_iter=200, learning_rate=0.05, max_leaf_nodes=15, min_samples_leaf=50,
+                                                    random_state=0).fit(np.asarray(X), np.asarray(y))
+
+    def learned(self, q: str, _p: float = 0.0) -> tuple[list[str], list[str]]:
+        pool = self.pool(q)
+        if not pool:
+            return [], []
+        if self.model is None:
+            return [t for _, _, t in pool[:20]], [s for s, _, _ in pool[:20]]
+        p = self.model.predict_proba(self.features(q))[:, 1]
+        order = np.argsort(-p, kind="stable")[:20]
+        return [pool[i][2] for i in order], [pool[i][0] for i in order]
+
+
+def norm(text: str) -> str:
+    from bencao.text import norm_key
+
+    return norm_key(text)
+
+
 GRIDS: dict[str, tuple[str, list[float]]] = {
     "entity votes": ("entity_votes", [0.25, 0.5, 1.0]),
     "treats coverage": ("treats_mix", [1, 2, 3]),
@@ -288,8 +389,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="serving recipe of the `bencao (recipe)` row")
     ap.add_argument("--set", dest="overrides", action="append", default=[], help="key=value override of the recipe (repeatable)")
     ap.add_argument("--ceiling", action="store_true", help="also BM25 recall at deeper k and the gold text's presence in the graph")
+    ap.add_argument("--routes", default=None,
+                    help="comma-separated rows to run besides bm25 (plain), e.g. 'learned rerank,entity votes' (default: all)")
+    ap.add_argument("--fit-half", type=int, choices=(0, 1), default=0, help="the half that fits (parameters, the learned rerank)")
     ap.add_argument("--append", default=None)
     args = ap.parse_args(argv)
+    want = None if args.routes is None else {w.strip() for w in args.routes.split(",") if w.strip()}
+    known = {"bencao (recipe)", "learned rerank", *GRIDS, *FIXED}
+    if want is not None and want - known:
+        ap.error(f"--routes: unknown {sorted(want - known)}; known: {sorted(known)}")
 
     from bencao.evaluation.probe import RetrievalProbe
     from bencao.retrieval.graph.store import Graph
@@ -302,30 +410,41 @@ def main(argv: list[str] | None = None) -> int:
     for b, r in records:
         halves[pos[b] % 2].append((b, r))
         pos[b] += 1
-    fit, check = [r for _, r in halves[0]], [r for _, r in halves[1]]
+    fit, check = [r for _, r in halves[args.fit_half]], [r for _, r in halves[1 - args.fit_half]]
     g = Graph.open(args.graph, read_only=True)
     bm25 = PlainBM25(g)
     print(f"  bm25 over {len(bm25.index):,} passages in {bm25.build_s:.0f} s", file=sys.stderr, flush=True)
     routes = Routes(g, bm25)
     results: dict[str, dict[str, Any]] = {"bm25 (plain)": rows_for(check, routes.bm25_top, 0.0)}
-    probe = RetrievalProbe(args.graph, load_serve_config(args.config, [*args.overrides, "answerer=none"]))
-    t = time.perf_counter()
-    results["bencao (recipe)"] = {"rows": probe.run(check), "seconds": (time.perf_counter() - t) / max(1, len(check))}
+    if want is None or "bencao (recipe)" in want:
+        probe = RetrievalProbe(args.graph, load_serve_config(args.config, [*args.overrides, "answerer=none"]))
+        t = time.perf_counter()
+        results["bencao (recipe)"] = {"rows": probe.run(check), "seconds": (time.perf_counter() - t) / max(1, len(check))}
     chosen: list[str] = []
+    if want is None or "learned rerank" in want:
+        t = time.perf_counter()
+        routes.fit(fit)
+        print(f"  learned rerank fitted on {len(fit)} records in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
+        results["learned rerank"] = rows_for(check, routes.learned, 0.0)
     for name, (meth, grid) in GRIDS.items():
+        if want is not None and name not in want:
+            continue
         fn = getattr(routes, meth)
         best = max(grid, key=lambda p: score(rows_for(fit, fn, p)["rows"]))
         chosen.append(f"{name}: {best}")
         results[f"{name} ({best})"] = rows_for(check, fn, best)
         print(f"  {name}: {best} chosen on the first half", file=sys.stderr, flush=True)
     for name, meth in FIXED.items():
+        if want is not None and name not in want:
+            continue
         results[name] = rows_for(check, getattr(routes, meth), 0.0)
         print(f"  {name}", file=sys.stderr, flush=True)
-    text = table(results, halves[1])
+    text = table(results, halves[1 - args.fit_half])
     if args.ceiling:
         text += "\n\nWhere the answers are (all records):\n\n" + ceiling(routes, [r for _, r in records])
     wall = time.perf_counter() - t0
-    text += f"\n\nParameters chosen on the first half: {'; '.join(chosen)}. Table: the second half ({len(check)} records)."
+    text += (f"\n\nParameters chosen on the {('first', 'second')[args.fit_half]} half: {'; '.join(chosen) or 'none'}. "
+             f"Table: the {('second', 'first')[args.fit_half]} half ({len(check)} records).")
     print(text)
     if args.append:
         cmd = "python bench/graph_routes.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -8,6 +8,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from bencao.errors import BencaoError
@@ -248,9 +249,76 @@ def test_graph_routes_script_fits_on_one_half_and_scores_the_other(small_graph, 
     assert routes.main(["--graph", str(small_graph), "--bench", str(p), "--set", "retrieval.index.dense_kinds=[]",
                         "--ceiling", "--append", str(results)]) == 0
     text = capsys.readouterr().out
-    for row in ("bm25 (plain)", "bencao (recipe)", "PPR (HippoRAG-style)", "PPR ⊕ bm25 (RRF)", "alias expansion"):
+    for row in ("bm25 (plain)", "bencao (recipe)", "learned rerank", "PPR (HippoRAG-style)", "PPR ⊕ bm25 (RRF)", "alias expansion"):
         assert f"| {row} | 2 |" in text  # the second half: records 1 and 3
     for name in ("entity votes", "treats coverage", "section aggregation"):
         assert f"| {name} (" in text and f"{name}: " in text.split("Parameters chosen on the first half:")[1]
     assert "gold text in any passage" in text
     assert "python bench/graph_routes.py --graph" in results.read_text(encoding="utf-8")
+
+    # --routes runs the named rows only; --fit-half 1 fits on the second half and scores the first
+    assert routes.main(["--graph", str(small_graph), "--bench", str(p), "--routes", "learned rerank", "--fit-half", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "| learned rerank | 2 |" in text and "| bm25 (plain) | 2 |" in text and "entity votes" not in text
+    assert "bencao (recipe)" not in text and "Table: the first half" in text
+    with pytest.raises(SystemExit):
+        routes.main(["--graph", str(small_graph), "--bench", str(p), "--routes", "learned"])
+
+
+def test_learned_rerank_reranks_the_pool_from_the_question(small_graph):
+    """The learned route's classifier is fitted on labelled pools, then re-ranks a question's pool."""
+    routes = bench_module("graph_routes")
+    from bencao.retrieval.graph.store import Graph
+
+    g = Graph.open(small_graph, read_only=True)
+    r = routes.Routes(g, bench_module("retrieval_peers").PlainBM25(g))
+    q = mcq(0)["question"]
+    f = r.features(q)
+    assert f.shape[0] == len(r.pool(q)) > 1 and np.isfinite(f).all()
+    assert f[0, 0] == 1.0 and (f[:, 0] <= 1.0).all()  # BM25 share: the best passage's is 1
+    r.fit([mcq(0)])
+    texts, ids = r.learned(q)
+    pool = [s for s, _, _ in r.pool(q)]
+    assert set(ids) <= set(pool) and len(ids) == min(20, len(pool)) and len(set(ids)) == len(ids)
+    assert any("味甘，微寒" in t for t in texts[:3])  # the passage that holds the gold text ranks near the top
+
+
+def test_option_pmi_script_compares_pmi_with_the_answerers_scores(small_graph, tmp_path, capsys):
+    """bench/option_pmi.py reads the option scores an llm-free eval wrote and scores PMI on the same records."""
+    from bencao.evaluation.runner import evaluate
+
+    pmi = bench_module("option_pmi")
+    p = tmp_path / "herb_mcq.jsonl"
+    recs = [mcq(0), {**mcq(1), "answer": ["A"]}, {**mcq(2), "id": "q2"}, {**mcq(3), "id": "q3", "answer": ["A"]}]
+    p.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    out = tmp_path / "eval"
+    evaluate([load_bench(p)], "llm-free", small_graph, out, _cfg("answerer=graph"), progress=False)
+    results = tmp_path / "RESULTS.md"
+    assert pmi.main(["--graph", str(small_graph), "--predictions", str(out / "predictions.jsonl"), "--bench", str(p),
+                     "--append", str(results)]) == 0
+    text = capsys.readouterr().out
+    assert "| answerer (IR solver + graph + snippet support) |" in text and "| PMI alone (" in text
+    assert "First half (fit)" in text and "| second half |" in text
+    assert "python bench/option_pmi.py --graph" in results.read_text(encoding="utf-8")
+    assert pmi.main(["--graph", str(small_graph), "--predictions", str(out / "predictions.jsonl"), "--bench", str(p), "--fit-half", "1"]) == 0
+    assert "Second half (fit)" in (text := capsys.readouterr().out) and "| first half |" in text
+    # predictions of other records (or of a system without option scores) are refused by name
+    (tmp_path / "other.jsonl").write_text("", encoding="utf-8")
+    with pytest.raises(SystemExit, match="no option scores for herb_mcq/q0"):
+        pmi.main(["--graph", str(small_graph), "--predictions", str(tmp_path / "other.jsonl"), "--bench", str(p)])
+
+
+def test_pmi_counts_passages_two_words_share():
+    """PPMI over a bm25s index: words that meet in passages score above 0, words that never meet score 0."""
+    from bencao.retrieval.index.lexical import LexicalIndex
+
+    pmi = bench_module("option_pmi")
+    docs = [["人参", "补气"], ["人参", "补气"], ["黄连", "清热"], ["黄连", "清热"], ["人参", "清热"], ["干姜", "温中"]]
+    lex = LexicalIndex.build(iter(docs), [f"d{i}" for i in range(len(docs))])
+    c = pmi.Cooccurrence(lex)
+    ids = {t: c.vocab[t] for t in ("人参", "补气", "黄连", "清热")}
+    m = c.ppmi([ids["人参"], ids["黄连"]], [ids["补气"], ids["清热"]])
+    assert m[0, 0] == pytest.approx(np.log(6 * 2 / (3 * 2)))   # 人参 & 补气: 2 shared of N=6
+    assert m[1, 0] == 0.0                                     # 黄连 & 补气 never meet
+    assert m[1, 1] == pytest.approx(np.log(6 * 2 / (2 * 3)))   # 黄连 & 清热
+    assert m[0, 1] == 0.0                                     # 人参 & 清热 meet less often than chance: PMI < 0, clipped
