@@ -48,9 +48,11 @@ def _run_identity(system: str, graph_dir: Path | None, config: EvalConfig) -> di
 def _fingerprint_local_models(value: Any) -> None:
     """Add ``weights`` (the SHA-256 fingerprint of its weight files) to every LLM block that loads a local
     model: a generator or selector retrained into the same directory makes other predictions, so a run
-    made with the old weights is not resumed with the new ones. Endpoint models are named by their id."""
+    made with the old weights is not resumed with the new ones. Endpoint models are named by their id. The
+    retrieval reranker (``retrieval.rerank``, backend ``cross-encoder``) is fingerprinted the same way."""
     if isinstance(value, dict):
-        if value.get("backend") in ("local-hf", "vllm") and isinstance(value.get("model"), str) and Path(value["model"]).exists():
+        loads_local = value.get("backend") in ("local-hf", "vllm", "cross-encoder")
+        if loads_local and isinstance(value.get("model"), str) and Path(value["model"]).exists():
             from bencao.models import model_fingerprint
 
             value["weights"] = model_fingerprint(value["model"])

@@ -8,6 +8,7 @@ from pathlib import Path
 from bencao.config import field
 from bencao.retrieval.index.build import IndexConfig
 from bencao.retrieval.linking import LinkingConfig
+from bencao.retrieval.search.rerank import RerankConfig
 
 
 @dataclass
@@ -106,6 +107,8 @@ class RetrievalConfig:
     macro: MacroConfig = field(default_factory=MacroConfig, help="Macro (snippet/section) retrieval.")
     paths: PathsConfig = field(default_factory=PathsConfig, help="Reasoning paths and PageRank.")
     layers: LayersConfig = field(default_factory=LayersConfig, help="Two-layer links and therapy retrieval.")
+    rerank: RerankConfig = field(default_factory=RerankConfig, help="Second-stage reranking of the evidence passages by a "
+                                                                    "cross-encoder (off until rerank.model names one).")
     evidence: EvidenceConfig = field(default_factory=EvidenceConfig, help="Assembly under a token budget.")
 
 

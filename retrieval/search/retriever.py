@@ -33,11 +33,12 @@ from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
+from bencao.retrieval.search.rerank import rerank_snippets
 from bencao.text import norm_key
 
 MAX_QUESTION_CHARS = 4000
 #: Per-index raw scores a snippet carries beside its strategies' fused scores (different scales: never summed).
-RAW_SCORES = frozenset({"bm25", "dense"})
+RAW_SCORES = frozenset({"bm25", "dense", "rerank"})
 
 
 @dataclass
@@ -264,6 +265,8 @@ class Retriever:
         for s in snippets.values():  # fused strategy scores; raw BM25 / cosine values are kept for reading, not summed
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
+        if cfg.rerank.model:  # a cross-encoder reads the question with each passage (docs/retrieval.md#reranking)
+            ev.snippets = rerank_snippets(self.g, self.ix, question, ev.snippets, cfg.rerank, rrf_k=cfg.macro.rrf_k)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
         unsourced = [t for t in ev.triples if not t.snippet_ids]
         if unsourced:  # ontology and KB facts hold no passage: they cite the document that asserts them
