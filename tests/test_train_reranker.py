@@ -62,3 +62,25 @@ def test_train_reranker_cli_errors_are_one_line(tmp_path, capsys):
         code = main(["train", "reranker", "--config", "rerank/minilm-food", f"output_dir={tmp_path / 'o'}", *args])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1 and needle in err, (args, err)
+
+
+def test_export_writes_a_reranker_that_loads_and_scores_the_same(tmp_path):
+    """`bencao export` of a trained reranker: a self-contained cross-encoder, the same scores, a reranking card."""
+    from sentence_transformers.cross_encoder import CrossEncoder
+
+    from bencao.training.export import export
+    from bencao.training.reranker import main as train, parse_args
+
+    rows = [r for r in embed_records() if r["negative"]][:40]
+    out = tmp_path / "ce"
+    train(*parse_args("rerank/minilm-food", [
+        f"model_name_or_path={tiny_cross_encoder(tmp_path / 'base')}", f"train_file={_pairs(tmp_path / 'p.jsonl', rows)}",
+        f"output_dir={out}", "eval_file=null", "eval_fraction=0.3", "max_steps=1", "per_device_train_batch_size=4",
+        "max_length=64", "disable_tqdm=true"]))
+    done = export(out, tmp_path / "exported")
+    assert done.kind == "cross-encoder" and not done.merged
+    pair = [(rows[0]["anchor"], rows[0]["positive"])]
+    assert CrossEncoder(str(done.out)).predict(pair)[0] == pytest.approx(CrossEncoder(str(out)).predict(pair)[0], abs=1e-6)
+    card = (done.out / "README.md").read_text(encoding="utf-8")
+    assert "pipeline_tag: text-ranking" in card and "Cross-encoder reranker" in card and "held-out reranking" in card
+    assert "| mrr@10 |" in card and "from sentence_transformers import CrossEncoder" in card

@@ -1,7 +1,7 @@
 """Export a trained model: merge LoRA into the unquantised base on CPU, save safetensors, tokenizer,
 generation config and a model card; upload to a hub repo (or write the exact upload plan).
 
-Works for both outputs of ``bencao train``: the causal LM (``sft``) and the sentence-transformer
+Works for the outputs of ``bencao train``: the causal LM (``sft``), the cross-encoder (``reranker``) and the sentence-transformer
 embedder (``embedder``), with or without a LoRA adapter. The base model is the one recorded at
 training time (``bencao_training.json``) unless ``--base`` names another copy of it.
 """
@@ -26,7 +26,7 @@ PLAN_SUFFIX = ".upload-plan.json"
 
 @dataclass
 class Exported:
-    kind: str  # "causal-lm" or "sentence-transformer"
+    kind: str  # "causal-lm", "sentence-transformer" or "cross-encoder"
     out: Path
     merged: bool
     base_model: str | None
@@ -108,7 +108,8 @@ def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> E
     if not model_dir.is_dir():
         raise ConfigError(f"{model_dir}: not a directory")
     summary = _summary(model_dir)
-    kind = "sentence-transformer" if (model_dir / "modules.json").exists() else "causal-lm"
+    kind = ("cross-encoder" if summary.get("kind") == "cross-encoder" else
+            "sentence-transformer" if (model_dir / "modules.json").exists() else "causal-lm")
     tmp = out.with_name(f".{out.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -123,6 +124,11 @@ def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> E
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
+    elif kind == "cross-encoder":  # `bencao train reranker` trains all weights: nothing to merge
+        from sentence_transformers.cross_encoder import CrossEncoder
+
+        CrossEncoder(str(model_dir)).save_pretrained(str(tmp), safe_serialization=True)
+        base_id, merged = summary.get("base_model"), False
     else:
         model, base_id, merged = merge_sentence_transformer(model_dir, base, summary)
         model.save_pretrained(str(tmp), safe_serialization=True)

@@ -29,6 +29,10 @@ INTENDED = {
         "Dense retrieval in bencao: linking question terms to graph entities and finding the snippets, "
         "triples and sections that answer a question."
     ),
+    "cross-encoder": (
+        "Reranking in bencao: reading a question with each candidate passage and ordering the passages by how "
+        "well they answer it (`retrieval.rerank.model`)."
+    ),
 }
 
 LIMITATIONS = [
@@ -91,12 +95,13 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
     from bencao.training.record import claimed_languages
 
     is_lm = kind == "causal-lm"
+    is_ce = kind == "cross-encoder"
     langs = claimed_languages(summary.get("languages") or {})
     data = ModelCardData(
         language=langs or None,
         license="apache-2.0",
         library_name="transformers" if is_lm else "sentence-transformers",
-        pipeline_tag="text-generation" if is_lm else "sentence-similarity",
+        pipeline_tag="text-generation" if is_lm else "text-ranking" if is_ce else "sentence-similarity",
         base_model=base_model if base_model and "/" in base_model and not base_model.startswith("/") else None,
         tags=["bencao", "tcm", "medical", "lora" if summary.get("hyperparameters", {}).get("method") == "lora" else "full-finetune"],
     )
@@ -105,8 +110,9 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
         figures = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         fig_text = _table(figures, ("metric", "value")) if figures else "No evaluation figures were recorded."
     else:
-        before, after = metrics.get("ir_before", {}), metrics.get("ir_after", {})
-        lines = ["| metric (held-out IR) | before | after |", "|---|---|---|"]
+        pre = "rerank" if is_ce else "ir"
+        before, after = metrics.get(f"{pre}_before", {}), metrics.get(f"{pre}_after", {})
+        lines = [f"| metric (held-out {'reranking' if is_ce else 'IR'}) | before | after |", "|---|---|---|"]
         lines += [f"| {k} | {_fmt(before.get(k))} | {_fmt(after.get(k))} |" for k in sorted(set(before) | set(after))]
         extra = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         fig_text = "\n".join(lines) + ("\n\n" + _table(extra, ("training", "value")) if extra else "")
@@ -129,13 +135,16 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
         "ids = tok.apply_chat_template([{\"role\": \"user\", \"content\": \"大枣的性味是什么？\"}], add_generation_prompt=True, return_tensors=\"pt\", return_dict=True)\n"
         "print(tok.decode(model.generate(**ids, max_new_tokens=256)[0]))  # stops at <|im_end|>\n```"
         if is_lm else
+        f"```python\nfrom sentence_transformers import CrossEncoder\nmodel = CrossEncoder(\"{model_name}\")\n"
+        "scores = model.predict([(\"大枣的功效是什么？\", \"大枣，味甘，平。主心腹邪气，安中养脾。\"), (\"大枣的功效是什么？\", \"干姜，味辛，温。\")])\n```"
+        if is_ce else
         f"```python\nfrom sentence_transformers import SentenceTransformer\nmodel = SentenceTransformer(\"{model_name}\")\n"
         "emb = model.encode([\"大枣\", \"jujube fruit\"])\n```"
     )
     body = f"""
 # {model_name}
 
-{"Causal language model" if is_lm else "Sentence embedder"} fine-tuned by [bencao](https://example.invalid/bencao) \
+{"Causal language model" if is_lm else "Cross-encoder reranker" if is_ce else "Sentence embedder"} fine-tuned by [bencao](https://example.invalid/bencao) \
 ({summary.get("hyperparameters", {}).get("method", "unknown")} fine-tuning{", LoRA merged into the base" if merged else ""}).
 
 ## Base model
