@@ -34,7 +34,10 @@ def bencao(*args: str, fault: str | None = None) -> subprocess.CompletedProcess:
 
 
 def lines(path: Path) -> list[dict]:
-    return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    """The complete records of a JSONL file: what follows the last newline is a record torn by a kill (cut inside a
+    character, by ``jsonl.torn``), not one to count or decode."""
+    complete = path.read_bytes().split(b"\n")[:-1]
+    return [json.loads(ln.decode("utf-8")) for ln in complete if ln.strip()]
 
 
 @pytest.fixture(scope="module")
