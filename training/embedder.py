@@ -102,11 +102,7 @@ def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tupl
         raise ConfigError(f"{where}: batch_sampling must be no_duplicates, group or batch")
     if script_args.hard_negatives not in ("auto", "require", "off"):
         raise ConfigError(f"{where}: hard_negatives must be auto, require or off")
-    if script_args.eval_file == "auto":
-        sibling = Path(script_args.train_file).parent / "eval.jsonl"
-        if not sibling.is_file():
-            raise ConfigError(f"{where}: eval_file: auto, but {sibling} does not exist")
-        script_args.eval_file = str(sibling)
+    resolve_eval_file(script_args, where)
     if script_args.model_name_or_path == "static" and script_args.use_lora:
         raise ConfigError(f"{where}: a static embedding model trains all its weights (use_lora: false)")
     return script_args, training_args
@@ -229,6 +225,39 @@ class SameGroupBatchSampler(_default_sampler_base()):  # type: ignore[misc]
 
 
 # ---- data and evaluation --------------------------------------------------------------------
+
+def resolve_eval_file(script_args: Any, where: str) -> None:
+    """``eval_file: auto`` → the ``eval.jsonl`` beside ``train_file`` (what ``bencao data pairs`` writes)."""
+    if script_args.eval_file == "auto":
+        sibling = Path(script_args.train_file).parent / "eval.jsonl"
+        if not sibling.is_file():
+            raise ConfigError(f"{where}: eval_file: auto, but {sibling} does not exist")
+        script_args.eval_file = str(sibling)
+
+
+def load_splits(script_args: Any) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train rows, held-out rows) of a pairs recipe: ``train_file`` in ``languages``, held out by ``eval_file``
+    or, without one, ``eval_fraction`` of the groups."""
+    from bencao.training.data import load_pairs
+
+    rows = keep_languages(load_pairs(script_args.train_file), script_args.languages)
+    if not rows:
+        raise InputError(script_args.train_file, f"no rows in the languages {', '.join(script_args.languages)}")
+    if script_args.eval_file:
+        return rows, keep_languages(load_pairs(script_args.eval_file, "eval"), script_args.languages)
+    return split_heldout(rows, script_args.eval_fraction)
+
+
+def datasets_record(script_args: Any, n_train: int, n_held: int) -> list[dict[str, Any]]:
+    """The training record's ``datasets``: the train file and the held-out file (or split), with their hashes."""
+    from bencao.training.record import file_entry
+
+    return [d for d in (
+        file_entry(script_args.train_file, "train", n_train),
+        file_entry(script_args.eval_file, "eval", n_held) if script_args.eval_file else
+        {"path": f"{script_args.train_file} (held-out groups, {script_args.eval_fraction:.0%})", "split": "eval", "records": n_held},
+    ) if d]
+
 
 def split_heldout(rows: list[dict[str, str]], fraction: float) -> tuple[list[dict], list[dict]]:
     """Hold out whole groups (by a stable hash of the group, or of the anchor when ungrouped)."""
@@ -365,18 +394,11 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     from sentence_transformers.base.sampler import BatchSamplers
 
     from bencao.io import atomic_write_json
-    from bencao.training.data import load_pairs
-    from bencao.training.record import file_entry, languages, run_facts
+    from bencao.training.record import languages, run_facts
     from bencao.training.sft import resolve_resume
-    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
+    from bencao.training.stop import train_until_stopped
 
-    rows = keep_languages(load_pairs(script_args.train_file), script_args.languages)
-    if not rows:
-        raise InputError(script_args.train_file, f"no rows in the languages {', '.join(script_args.languages)}")
-    if script_args.eval_file:
-        train_rows, held = rows, keep_languages(load_pairs(script_args.eval_file, "eval"), script_args.languages)
-    else:
-        train_rows, held = split_heldout(rows, script_args.eval_fraction)
+    train_rows, held = load_splits(script_args)
     negatives = decide_negatives(train_rows, script_args.hard_negatives, script_args.train_file)
     model = load_model(script_args, (t for r in train_rows for t in (r["anchor"], r["positive"], r["negative"]) if t), training_args.seed)
     n_given = sum(1 for r in train_rows if r["negative"].strip()) if negatives != "none" else 0
@@ -410,11 +432,7 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
     trainer = SentenceTransformerTrainer(
         model=model, args=training_args, train_dataset=train_ds, loss=make_loss(script_args.loss, model, script_args)
     )
-    with graceful_stop() as stop:
-        trainer.add_callback(stop.callback())
-        result = trainer.train(resume_from_checkpoint=resume)
-    if stop.signum is not None:
-        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
+    result = train_until_stopped(trainer, training_args.output_dir, resume)
     after = ir_figures(evaluator(model))
     out = Path(training_args.output_dir)
     info: dict[str, Any] = {}
@@ -429,11 +447,7 @@ def main(script_args: EmbedderScriptArguments, training_args) -> dict[str, Any]:
         info = {
             "kind": "sentence-transformer",
             "base_model": script_args.model_name_or_path,
-            "datasets": [d for d in (
-                file_entry(script_args.train_file, "train", len(train_rows)),
-                file_entry(script_args.eval_file, "eval", len(held)) if script_args.eval_file else
-                {"path": f"{script_args.train_file} (held-out groups, {script_args.eval_fraction:.0%})", "split": "eval", "records": len(held)},
-            ) if d],
+            "datasets": datasets_record(script_args, len(train_rows), len(held)),
             "languages": languages(f"{r['anchor']} {r['positive']}" for r in train_rows),
             "hyperparameters": {
                 "loss": script_args.loss, "scale": script_args.scale, "batch_sampling": script_args.batch_sampling,

@@ -63,6 +63,7 @@ def dataclass_types() -> tuple[type, ...]:
 
 def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tuple[Any, Any]:
     from bencao.training.args import parse_recipe, recipe_dict
+    from bencao.training.embedder import resolve_eval_file
 
     data = recipe_dict(config, overrides)
     data.setdefault("report_to", "none")
@@ -75,11 +76,7 @@ def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tupl
         raise ConfigError(f"{where}: train_file is required")
     if script_args.loss not in LOSSES:
         raise ConfigError(f"{where}: loss {script_args.loss!r} is not one of {', '.join(LOSSES)}")
-    if script_args.eval_file == "auto":
-        sibling = Path(script_args.train_file).parent / "eval.jsonl"
-        if not sibling.is_file():
-            raise ConfigError(f"{where}: eval_file: auto, but {sibling} does not exist")
-        script_args.eval_file = str(sibling)
+    resolve_eval_file(script_args, where)
     return script_args, training_args
 
 
@@ -167,19 +164,12 @@ def main(script_args: RerankerScriptArguments, training_args) -> dict[str, Any]:
     from sentence_transformers.cross_encoder.evaluation import CrossEncoderRerankingEvaluator
 
     from bencao.io import atomic_write_json
-    from bencao.training.data import load_pairs
-    from bencao.training.embedder import keep_languages, split_heldout
-    from bencao.training.record import file_entry, languages, run_facts
+    from bencao.training.embedder import datasets_record, load_splits
+    from bencao.training.record import languages, run_facts
     from bencao.training.sft import resolve_resume
-    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
+    from bencao.training.stop import train_until_stopped
 
-    rows = keep_languages(load_pairs(script_args.train_file), script_args.languages)
-    if not rows:
-        raise InputError(script_args.train_file, f"no rows in the languages {', '.join(script_args.languages)}")
-    if script_args.eval_file:
-        train_rows, held = rows, keep_languages(load_pairs(script_args.eval_file, "eval"), script_args.languages)
-    else:
-        train_rows, held = split_heldout(rows, script_args.eval_fraction)
+    train_rows, held = load_splits(script_args)
     samples = rerank_samples(held, script_args.eval_negatives, training_args.seed)
     if not samples:
         raise InputError(script_args.eval_file or script_args.train_file, "the held-out rows give no ranking task "
@@ -192,11 +182,7 @@ def main(script_args: RerankerScriptArguments, training_args) -> dict[str, Any]:
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     training_args.resume_from_checkpoint = resume
     trainer = CrossEncoderTrainer(model=model, args=training_args, train_dataset=train_ds, loss=loss)
-    with graceful_stop() as stop:
-        trainer.add_callback(stop.callback())
-        result = trainer.train(resume_from_checkpoint=resume)
-    if stop.signum is not None:
-        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
+    result = train_until_stopped(trainer, training_args.output_dir, resume)
     after = rerank_figures(evaluator(model))
     out = Path(training_args.output_dir)
     info: dict[str, Any] = {}
@@ -207,11 +193,7 @@ def main(script_args: RerankerScriptArguments, training_args) -> dict[str, Any]:
         info = {
             "kind": "cross-encoder",
             "base_model": script_args.model_name_or_path,
-            "datasets": [d for d in (
-                file_entry(script_args.train_file, "train", len(train_rows)),
-                file_entry(script_args.eval_file, "eval", len(held)) if script_args.eval_file else
-                {"path": f"{script_args.train_file} (held-out groups, {script_args.eval_fraction:.0%})", "split": "eval", "records": len(held)},
-            ) if d],
+            "datasets": datasets_record(script_args, len(train_rows), len(held)),
             "languages": languages(f"{r['anchor']} {r['positive']}" for r in train_rows),
             "hyperparameters": {
                 "loss": script_args.loss, "learning_rate": training_args.learning_rate, steps_key: getattr(training_args, steps_key),

@@ -323,18 +323,14 @@ def main(script_args, training_args, model_args) -> dict[str, Any]:
     from transformers import GenerationConfig
 
     from bencao.io import atomic_write_json
-    from bencao.training.stop import Stopped, graceful_stop, last_checkpoint
+    from bencao.training.stop import train_until_stopped
 
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     training_args.resume_from_checkpoint = resume
     trainer = build_trainer(script_args, training_args, model_args)
     if resume:
         trainer.accelerator.print(f"resuming from {resume}")
-    with graceful_stop() as stop:
-        trainer.add_callback(stop.callback())
-        result = trainer.train(resume_from_checkpoint=resume)
-    if stop.signum is not None:
-        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(training_args.output_dir))
+    result = train_until_stopped(trainer, training_args.output_dir, resume)
     metrics = losses(trainer.state.log_history)
     metrics["train_loss"] = float(result.training_loss)
     if trainer.eval_dataset is not None:

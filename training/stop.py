@@ -107,6 +107,17 @@ def graceful_stop() -> Iterator[StopRequest]:
             signal.signal(s, h)
 
 
+def train_until_stopped(trainer: Any, output_dir: str, resume: str | None) -> Any:
+    """``trainer.train(resume_from_checkpoint=resume)`` under :func:`graceful_stop`: its result, or, when a
+    SIGTERM/SIGINT stopped the run after a checkpoint, :class:`Stopped` naming that checkpoint."""
+    with graceful_stop() as stop:
+        trainer.add_callback(stop.callback())
+        result = trainer.train(resume_from_checkpoint=resume)
+    if stop.signum is not None:
+        raise Stopped(stop.signum, trainer.state.global_step, last_checkpoint(output_dir))
+    return result
+
+
 def last_checkpoint(output_dir: str) -> str | None:
     """The newest ``checkpoint-N`` in ``output_dir`` (what ``resume_from_checkpoint: auto`` picks), or None."""
     from pathlib import Path
