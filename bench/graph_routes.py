@@ -58,7 +58,7 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from retrieval_peers import PlainBM25, load_records, table  # noqa: E402  (a bench script beside this one)
+from retrieval_peers import PlainBM25, append_result, load_records, table  # noqa: E402  (a bench script beside this one)
 
 POOL = 200
 #: what the question asks for, read from its last 40 characters (where an exam stem asks its question)
@@ -256,6 +256,7 @@ class Routes:
     def features(self, q: str) -> np.ndarray:
         """One row per pool passage: the signals the learned rerank weighs (the module docstring)."""
         from bencao.retrieval.index.lexical import analyze
+        from bencao.text import norm_key as norm
 
         pool = self.pool(q)
         if not pool:
@@ -292,6 +293,7 @@ class Routes:
         from sklearn.ensemble import HistGradientBoostingClassifier
 
         from bencao.evaluation.probe import option_texts
+        from bencao.text import norm_key as norm
 
         X, y = [], []
         for r in records:
@@ -321,12 +323,6 @@ class Routes:
         p = self.model.predict_proba(self.features(q))[:, 1]
         order = np.argsort(-p, kind="stable")[:20]
         return [pool[i][2] for i in order], [pool[i][0] for i in order]
-
-
-def norm(text: str) -> str:
-    from bencao.text import norm_key
-
-    return norm_key(text)
 
 
 GRIDS: dict[str, tuple[str, list[float]]] = {
@@ -447,11 +443,7 @@ def main(argv: list[str] | None = None) -> int:
              f"Table: the {('second', 'first')[args.fit_half]} half ({len(check)} records).")
     print(text)
     if args.append:
-        cmd = "python bench/graph_routes.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        with open(args.append, "a", encoding="utf-8") as fh:
-            fh.write(f"\n## Graph routes against plain BM25, question only: `bench/graph_routes.py` ({stamp})\n\n"
-                     f"Command ({wall:.0f} s):\n\n    {cmd}\n\n" + text + "\n")
+        append_result(args.append, "Graph routes against plain BM25, question only", "graph_routes.py", argv, f"{wall:.0f} s", text)
     return 0
 
 

@@ -39,11 +39,13 @@ import json
 import math
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from retrieval_peers import append_result, paired_delta  # noqa: E402  (a bench script beside this one)
 
 Q_MAX_DF, O_MAX_DF = 0.02, 0.05
 LAMBDAS = (0.5, 1.0, 2.0)
@@ -175,10 +177,8 @@ def main(argv: list[str] | None = None) -> int:
             sel = [x for x in check if x["bench"] == f]
             cells.append(f"{100 * hits(agg, lam, sel).mean():.1f}")
         h = hits(agg, lam, check)
-        d = h - base_all
-        idx = rng.integers(0, len(d), size=(2000, len(d)))
-        lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
-        delta = "–" if agg is None else f"{100 * d.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+        m, lo, hi = paired_delta(h - base_all, rng)
+        delta = "–" if agg is None else f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]"
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {100 * h.mean():.1f} | {delta} |")
     # the same variants over every record, per file, for the record (not a held-out figure)
     lines += ["", "| all records (the variant as chosen above) | " + " | ".join(f"{f} (n={sum(1 for x in rows if x['bench'] == f)})" for f in files)
@@ -191,19 +191,14 @@ def main(argv: list[str] | None = None) -> int:
             if agg is None:
                 cells.append(f"{100 * h.mean():.1f}")
                 continue
-            d = h - hits(None, None, sel)
-            idx = rng.integers(0, len(d), size=(2000, len(d)))
-            lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
-            cells.append(f"{100 * h.mean():.1f} (Δ {100 * d.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])")
+            m, lo, hi = paired_delta(h - hits(None, None, sel), rng)
+            cells.append(f"{100 * h.mean():.1f} (Δ {100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}])")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     text = "\n".join(lines)
     print(text)
     if args.append:
-        cmd = "python bench/option_pmi.py " + " ".join(argv if argv is not None else sys.argv[1:])
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        with open(args.append, "a", encoding="utf-8") as fh:
-            fh.write(f"\n## Options by corpus PMI against the IR solver: `bench/option_pmi.py` ({stamp})\n\n"
-                     f"Command ({time.perf_counter() - t0:.0f} s):\n\n    {cmd}\n\n{text}\n")
+        append_result(args.append, "Options by corpus PMI against the IR solver", "option_pmi.py", argv,
+                      f"{time.perf_counter() - t0:.0f} s", text)
     return 0
 
 

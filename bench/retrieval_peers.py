@@ -234,7 +234,6 @@ def main(argv: list[str] | None = None) -> int:
     results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows)
     text = table(results, records, args.n_resamples, args.seed)
     wall = time.perf_counter() - t0
-    cmd = "python bench/retrieval_peers.py " + " ".join(a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
     print(text)
     print(f"\n{len(records)} records, {wall:.0f} s", file=sys.stderr)
     if args.json:
@@ -243,13 +242,26 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps({"records": [f"{b}/{r['id']}" for b, r in records],
                                                "rows": {k: v["rows"] for k, v in results.items()}}, ensure_ascii=False), encoding="utf-8")
     if args.append:
-        stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-        with open(args.append, "a", encoding="utf-8") as fh:
-            fh.write(f"\n## Retrieval peers, question only: `bench/retrieval_peers.py` ({stamp})\n\n"
-                     f"Command ({wall:.0f} s, {len(records)} records):\n\n    {cmd}\n\n"
-                     "Values in % of records (mrr, passages and characters as they are), [95 % bootstrap interval]; "
-                     "metrics as in docs/evaluation-metrics.md.\n\n" + text + "\n")
+        append_result(args.append, "Retrieval peers, question only", "retrieval_peers.py", argv, f"{wall:.0f} s, {len(records)} records",
+                      "Values in % of records (mrr, passages and characters as they are), [95 % bootstrap interval]; "
+                      "metrics as in docs/evaluation-metrics.md.\n\n" + text)
     return 0
+
+
+def append_result(path: str, title: str, script: str, argv: list[str] | None, cost: str, text: str) -> None:
+    """Append a run to a results file (bench/RESULTS.md): ``## title: `bench/script` (UTC time)``, the command as
+    it was given, what it cost, then ``text``."""
+    cmd = f"python bench/{script} " + " ".join(a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
+    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(f"\n## {title}: `bench/{script}` ({stamp})\n\nCommand ({cost}):\n\n    {cmd}\n\n{text}\n")
+
+
+def paired_delta(d: np.ndarray, rng: np.random.Generator, n_resamples: int = 2000) -> tuple[float, float, float]:
+    """Mean of a per-record difference and its 95 % percentile-bootstrap interval."""
+    idx = rng.integers(0, len(d), size=(n_resamples, len(d)))
+    lo, hi = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
+    return float(d.mean()), float(lo), float(hi)
 
 
 if __name__ == "__main__":
