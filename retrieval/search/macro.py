@@ -14,13 +14,25 @@ from bencao.retrieval.search.fusion import rrf
 from bencao.text import norm_key
 
 
+Searched = tuple[list[tuple[str, float]], list[tuple[str, float]]]
+
+
+def first_stage(ix: Any, question: str, k: int) -> Searched:
+    """The question's ``k`` best snippets by BM25 and by the dense index, each best first (both empty without indexes).
+    Searched once per question: macro retrieval reads the first ``k_each`` of each, the reranker all ``k``."""
+    if ix is None:
+        return [], []
+    return ix.lexical_search("snippets", question, k), ix.dense_search("snippets", question, k)
+
+
 def macro_retrieve(g: Graph, ix: Any, question: str, *, k_snippets: int = 8, k_sections: int = 3, k_each: int = 20,
-                   rrf_k: int = 60) -> list[SnippetHit]:
+                   rrf_k: int = 60, searched: Searched | None = None) -> list[SnippetHit]:
+    """``searched``: the question's :func:`first_stage`, when the caller has it (at a depth of at least ``k_each``)."""
     if ix is None:
         return []
     out: dict[str, SnippetHit] = {}
-    lex = ix.lexical_search("snippets", question, k_each)
-    den = ix.dense_search("snippets", question, k_each)
+    lex, den = searched if searched is not None else first_stage(ix, question, k_each)
+    lex, den = lex[:k_each], den[:k_each]
     lex_s, den_s = dict(lex), dict(den)
     fused = rrf([lex, den], rrf_k)[:k_snippets]
     found = g.get_snippets([sid for sid, _ in fused])

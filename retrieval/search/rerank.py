@@ -58,7 +58,7 @@ class CrossEncoderReranker:
     """sentence-transformers' ``CrossEncoder``: one relevance score per (query, passage) pair."""
 
     def __init__(self, cfg: RerankConfig):
-        from bencao.models import model_fingerprint, resolve_model
+        from bencao.models import resolve_model
 
         path = resolve_model(str(cfg.model))
         local = Path(path).exists()
@@ -72,7 +72,6 @@ class CrossEncoderReranker:
         except (OSError, ValueError) as exc:
             raise ConfigError(f"rerank.model {cfg.model!r} cannot be loaded: {str(exc).splitlines()[0]}") from None
         self.batch_size = cfg.batch_size
-        self.fingerprint = model_fingerprint(str(cfg.model))
 
     def score(self, query: str, passages: list[str]) -> list[float]:
         if not passages:
@@ -106,10 +105,12 @@ def load_reranker(cfg: RerankConfig) -> Any:
         return _LOADED[key]
 
 
-def rerank_snippets(g: Any, ix: Any, question: str, snippets: list[SnippetHit], cfg: RerankConfig,
+def rerank_snippets(g: Any, question: str, snippets: list[SnippetHit], cfg: RerankConfig,
+                    searched: tuple[list[tuple[str, float]], list[tuple[str, float]]] = ([], []),
                     reranker: Any | None = None, rrf_k: int = 60) -> list[SnippetHit]:
-    """``snippets`` (the channels' evidence) plus the first stage's ``cfg.candidates`` best passages, scored by
-    the reranker: the ``cfg.keep`` best, best first, then the option-query passages not among them."""
+    """``snippets`` (the channels' evidence) plus the first stage's ``cfg.candidates`` best passages (``searched``:
+    the question's BM25 and dense lists, :func:`~bencao.retrieval.search.macro.first_stage`), scored by the
+    reranker: the ``cfg.keep`` best, best first, then the option-query passages not among them."""
     from bencao.deadline import check_deadline
     from bencao.retrieval.search.fusion import rrf
 
@@ -117,9 +118,8 @@ def rerank_snippets(g: Any, ix: Any, question: str, snippets: list[SnippetHit], 
     if reranker is None:
         return snippets
     pool: dict[str, SnippetHit] = {s.id: s for s in snippets}
-    if ix is not None:
-        first = rrf([ix.lexical_search("snippets", question, cfg.candidates), ix.dense_search("snippets", question, cfg.candidates)],
-                    rrf_k)[: cfg.candidates]
+    first = rrf([lst[: cfg.candidates] for lst in searched], rrf_k)[: cfg.candidates]
+    if first:
         rows = g.get_snippets([sid for sid, _ in first if sid not in pool])
         for sid, score in first:
             if sid not in pool and sid in rows:

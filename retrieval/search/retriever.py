@@ -29,7 +29,7 @@ from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
 from bencao.retrieval.search.keywords import link_keyword
 from bencao.retrieval.search.layers import case_therapy, cross_layer, therapy_retrieve
-from bencao.retrieval.search.macro import macro_retrieve, option_retrieve
+from bencao.retrieval.search.macro import first_stage, macro_retrieve, option_retrieve
 from bencao.retrieval.search.mentions import extract_mentions
 from bencao.retrieval.search.micro import micro_retrieve
 from bencao.retrieval.search.paths import top_paths
@@ -246,9 +246,12 @@ class Retriever:
                 if t.id not in triples:
                     triples[t.id] = t
             merge_snippets(sn)
+        # the question's BM25 and dense snippet lists, searched once for macro retrieval and the reranker
+        searched = first_stage(self.ix, question, max(cfg.macro.k_each, cfg.rerank.candidates if cfg.rerank.model else 0)) \
+            if cfg.macro.enabled or cfg.rerank.model else ([], [])
         if cfg.macro.enabled:
             merge_snippets(macro_retrieve(self.g, self.ix, question, k_snippets=cfg.macro.k_snippets, k_sections=cfg.macro.k_sections,
-                                          k_each=cfg.macro.k_each, rrf_k=cfg.macro.rrf_k))
+                                          k_each=cfg.macro.k_each, rrf_k=cfg.macro.rrf_k, searched=searched))
             if options and cfg.macro.option_queries:
                 hits, ev.option_support = option_retrieve(self.g, self.ix, question, options, k_per_option=cfg.macro.k_per_option,
                                                           candidates=cfg.macro.option_candidates)
@@ -266,7 +269,7 @@ class Retriever:
             s.score = round(sum(v for k, v in s.scores.items() if k not in RAW_SCORES), 6)
         ev.snippets = sorted(snippets.values(), key=lambda s: -s.score)
         if cfg.rerank.model:  # a cross-encoder reads the question with each passage (docs/retrieval.md#reranking)
-            ev.snippets = rerank_snippets(self.g, self.ix, question, ev.snippets, cfg.rerank, rrf_k=cfg.macro.rrf_k)
+            ev.snippets = rerank_snippets(self.g, question, ev.snippets, cfg.rerank, searched, rrf_k=cfg.macro.rrf_k)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
         unsourced = [t for t in ev.triples if not t.snippet_ids]
         if unsourced:  # ontology and KB facts hold no passage: they cite the document that asserts them
