@@ -10,6 +10,7 @@ file by file.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,23 @@ from bencao.errors import ConfigError
 #: The answering pipeline's prompts.
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 LANGS = ("zh", "en")
+
+
+@functools.lru_cache(maxsize=8)
+def _fence_tag_re(tag: str) -> re.Pattern[str]:
+    return re.compile(rf"<\s*/?\s*{re.escape(tag)}\b[^>]*>?", re.IGNORECASE)
+
+
+def defuse_fence(text: str, fence: str) -> str:
+    """``text`` quoted between a prompt's ``<fence>`` and ``</fence>`` lines, with any tag of that fence it holds
+    defused (‹fence›), so it cannot close the fence early or open another."""
+    return _fence_tag_re(fence).sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), text)
+
+
+def quoted_line(text: Any, fence: str) -> str:
+    """:func:`defuse_fence` of ``text`` made one line (whitespace runs, newlines included, collapsed), so it
+    cannot start a numbered item or a line of its own either."""
+    return defuse_fence(" ".join(str(text or "").split()), fence)
 
 
 @functools.lru_cache(maxsize=16)

@@ -31,18 +31,16 @@ Two variants, the same three numbers:
 from __future__ import annotations
 
 import functools
-import re
 from pathlib import Path
 from typing import Any
 
+from bencao.prompting import quoted_line
 from bencao.serving.config import JudgeConfig  # noqa: F401  (the judge's settings live in the eval section)
 from bencao.text import has_cjk, norm_key, split_sentences, tokenize
 
 PROMPTS_DIR = Path(__file__).with_name("prompts")
 LEXICAL_KEYS = ("context_precision", "context_recall", "context_entity_recall")
 JUDGE_KEYS = tuple(f"judge_{k}" for k in LEXICAL_KEYS)
-#: The judge prompts fence the retrieved contexts between <contexts> lines; a passage cannot open or close the fence.
-_FENCE_TAG_RE = re.compile(r"<\s*/?\s*contexts\b[^>]*>?", re.IGNORECASE)
 
 
 # --------------------------------------------------------------------------- references and terms
@@ -138,8 +136,8 @@ def judge_messages(rec: dict[str, Any], contexts: list[str], cfg: JudgeConfig) -
     from bencao.evaluation.bench_format import query_text
 
     # one line each (a passage cannot start a numbered item of its own), fence tags defused (issue 26 item 4)
-    shown = [_FENCE_TAG_RE.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), " ".join(c[: cfg.max_context_chars].split()))
-             for c in contexts[: cfg.max_contexts]]
+    # the judge prompts fence them between <contexts> lines
+    shown = [quoted_line(c[: cfg.max_context_chars], "contexts") for c in contexts[: cfg.max_contexts]]
     ref = reference_sentences(rec)
     lang = _lang(rec)
     user_dir = cfg.prompts_dir

@@ -730,15 +730,12 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     return {"id": best["id"], "confidence": linker.confidence(best, rivals), "rationale": reason}
 
 
-#: The linking prompts fence the candidate cards between <candidates> lines: a card cannot open or close the fence.
-_FENCE_TAG_RE = re.compile(r"<\s*/?\s*candidates\b[^>]*>?", re.IGNORECASE)
-
-
 def _card_text(text: Any) -> str:
-    """A field of a candidate card as the prompt shows it: one line (a definition cannot start a numbered
-    candidate of its own), fence tags defused (an ontology's text is quoted data, not instructions)."""
-    return _FENCE_TAG_RE.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), " ".join(str(text or "").split()))
+    """A field of a candidate card as the prompt shows it, quoted between <candidates> lines: one line (a definition
+    cannot start a numbered candidate of its own), fence tags defused (an ontology's text is data, not instructions)."""
+    from bencao.prompting import quoted_line
 
+    return quoted_line(text, "candidates")
 
 def describe_candidate(linker: EntityLinker, eid: str) -> dict[str, Any]:
     """What an LLM is shown of a concept: label, synonyms, definition, parents (FoodOntoRAG's candidate card)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from bencao.config import field
+from bencao.prompting import defuse_fence
 from bencao.retrieval.evidence import Evidence, path_heading
 from bencao.text import lang_of
 
@@ -125,11 +126,8 @@ def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> d
             text = text[: cfg.max_snippet_chars] + "…"
         snippets.append(f"[{r['n']}] {r['heading']}{' ' + gen if r['generated'] else ''}: {text}")
     # the prompt fences evidence between <evidence> and </evidence>: a passage cannot close the fence early
-    return {k: [_FENCE_TAG_RE.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), line) for line in v]
+    return {k: [defuse_fence(line, "evidence") for line in v]
             for k, v in (("paths", paths), ("triples", triples), ("entities", ents), ("snippets", snippets))}
-
-
-_FENCE_TAG_RE = re.compile(r"<\s*/?\s*evidence\b[^>]*>?", re.IGNORECASE)
 
 
 def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | None = None) -> list[dict[str, str]]:
