@@ -59,6 +59,8 @@ COMMANDS: tuple[tuple[str, str, str | None], ...] = (
     ("bencao.training.cli", "train_app", "train"),  # train sft|embedder|plan
     ("bencao.training.cli", "export_app", None),  # export
     ("bencao.cli_recipes", "recipes_app", "recipes"),  # recipes list|show
+    ("bencao.cli_models", "models_app", "models"),  # models list|install|path|remove
+    ("bencao.cli_llm", "llm_app", "llm"),  # llm serve
 )
 
 

@@ -73,6 +73,11 @@ def resolve_model(name: str) -> str:
     name = name.strip()
     if name in PACKAGED:
         return _packaged_path(name)
+    from bencao.model_catalog import installed_path
+
+    local = installed_path(name)  # a catalogue model (bencao models list): its converted folder, or how to install it
+    if local is not None:
+        return local
     p = Path(name).expanduser()
     if p.exists():
         return str(p)

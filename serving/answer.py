@@ -26,6 +26,7 @@ from typing import Any, Iterable
 from bencao.config import field
 from bencao.prompting import defuse_fence
 from bencao.retrieval.evidence import Evidence, path_heading
+from bencao.serving.context import ContextConfig, Limits, RenderedContext, render_context
 from bencao.text import lang_of
 
 #: What a generator writes first when the evidence does not answer the question.
@@ -37,7 +38,7 @@ class AnswerConfig:
     """How the generator prompt is assembled and how replies are presented."""
 
     max_paths: int = field(10, help="Reasoning paths listed in the prompt (best first).")
-    max_triples: int = field(30, help="Triples listed in the prompt (best first).")
+    max_triples: int = field(30, help="Knowledge-base facts (triples) listed in the prompt (best first).")
     max_entities: int = field(10, help="Entities whose attributes are listed in the prompt.")
     max_snippets: int = field(12, help="Numbered source snippets in the prompt.")
     max_snippet_chars: int = field(600, help="Snippet text is cut to this many characters in the prompt.")
@@ -47,6 +48,27 @@ class AnswerConfig:
     append_sources: bool = field(True, help="Append the cited sources (n → book › volume › section) to the answer text of the HTTP reply.")
     language: str = field("auto", help="Prompt and message language: auto (from the question) | zh | en.")
     prompts_dir: str | None = field(None, help="Directory of prompt templates overriding bencao/prompts/generate_*.jinja file by file.")
+    context: ContextConfig = field(default_factory=ContextConfig, help="The evidence text the generator reads: one numbered list of "
+                                   "facts, paths, entity attributes and passages under a character budget (the text /v1/retrieve "
+                                   "returns as context).")
+    mcq_mode: str = field("auto", help="Multiple-choice and syndrome questions with a generator: letters (each option letter's "
+                                       "next-token log-probability after the prompt, as lm-eval-harness scores them; the scores go "
+                                       "into the answer) | generate (a written reply whose answer line is parsed) | auto (letters "
+                                       "when the generator scores exactly: local-hf, llama-cpp; an OpenAI-compatible endpoint scores "
+                                       "from its top_logprobs with letters set explicitly).")
+
+    def __post_init__(self) -> None:
+        from bencao.errors import ConfigError
+
+        if self.mcq_mode not in MCQ_MODES:
+            raise ConfigError(f"answer.mcq_mode: {self.mcq_mode!r} is not one of {', '.join(MCQ_MODES)}")
+        self.context.validate()
+
+
+MCQ_MODES = ("auto", "letters", "generate")
+
+#: What the reply starts with when option letters are scored (the letter is the next token).
+ANSWER_PREFIX = {"zh": "答案：", "en": "Answer: "}
 
 
 # --------------------------------------------------------------------------- wording
@@ -130,20 +152,42 @@ def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> d
             for k, v in (("paths", paths), ("triples", triples), ("entities", ents), ("snippets", snippets))}
 
 
-def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | None = None) -> list[dict[str, str]]:
-    """System + user messages for the generator: the task's template with the evidence laid out.
+def prompt_language(query: Any, cfg: AnswerConfig) -> str:
+    return cfg.language if cfg.language in _TEXT else query.language
 
-    ``query`` is a :class:`bencao.serving.tasks.Query`; ``evidence`` None (closed book) leaves the
-    evidence parts out.
+
+def generator_context(query: Any, evidence: Evidence | None, cfg: AnswerConfig | None = None,
+                      budget_chars: int | None = None) -> RenderedContext:
+    """The numbered evidence text the generator reads for ``query`` (:func:`bencao.serving.context.render_context`)."""
+    cfg = cfg or AnswerConfig()
+    return render_context(evidence, cfg.context, prompt_language(query, cfg), budget_chars, context_limits(cfg))
+
+
+def context_limits(cfg: AnswerConfig) -> Limits:
+    return Limits(facts=cfg.max_triples, paths=cfg.max_paths, entities=cfg.max_entities, passages=cfg.max_snippets,
+                  passage_chars=cfg.max_snippet_chars)
+
+
+def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | None = None, *,
+                   context: RenderedContext | None = None, scoring: bool = False) -> list[dict[str, str]]:
+    """System + user messages for the generator: the task's template with the evidence as one numbered list.
+
+    ``query`` is a :class:`bencao.serving.tasks.Query`; ``evidence`` None (closed book) leaves the evidence
+    out; ``context`` is the rendered evidence when the caller has it already (its numbers are the
+    citations). ``scoring``: the mcq / sd templates end by asking for the letter alone, which is then
+    scored as the next token after :data:`ANSWER_PREFIX`.
     """
     from bencao.prompting import render
 
     cfg = cfg or AnswerConfig()
-    lang = cfg.language if cfg.language in _TEXT else query.language
-    parts = evidence_parts(evidence, cfg, lang)
+    lang = prompt_language(query, cfg)
+    if context is None:
+        context = render_context(evidence, cfg.context, lang, None, context_limits(cfg)) if evidence is not None else RenderedContext([], 0)
+    lines = [defuse_fence(it.line(), "evidence") for it in context.items]
     return render(f"generate_{query.task}", lang, prompts_dir=cfg.prompts_dir, question=query.question,
                   options=query.options or {}, candidates=query.candidates or [], n_answers=query.n_answers,
-                  closed_book=evidence is None, has_evidence=any(parts.values()), marker=NOT_IN_KB_MARKER, **parts)
+                  closed_book=evidence is None, has_evidence=bool(lines), marker=NOT_IN_KB_MARKER, context=lines,
+                  scoring=scoring, paths=[], triples=[], entities=[], snippets=[])
 
 
 def own_answer_messages(question: str, cfg: AnswerConfig | None = None) -> list[dict[str, str]]:
@@ -204,9 +248,14 @@ def heading(path: Iterable[str] | None) -> str:
 
 
 def citation(ref: dict[str, Any]) -> dict[str, Any]:
-    """The public form of one cited reference."""
-    return {"n": int(ref["n"]), "snippet_id": ref.get("snippet_id"), "path": list(ref.get("path") or []), "heading": heading(ref.get("path")),
-            "text": ref.get("text", ""), "generated": bool(ref.get("generated"))}
+    """The public form of one cited reference (a passage; or, from a rendered context, a fact, path or entity)."""
+    out = {"n": int(ref["n"]), "snippet_id": ref.get("snippet_id"), "path": list(ref.get("path") or []),
+           "heading": ref.get("heading") or heading(ref.get("path")), "text": ref.get("text", ""), "generated": bool(ref.get("generated"))}
+    if ref.get("kind"):
+        out["kind"] = ref["kind"]
+    if ref.get("triple_id"):
+        out["triple_id"] = ref["triple_id"]
+    return out
 
 
 def sources_block(question: str, citations: list[dict[str, Any]], cfg: AnswerConfig | None = None) -> str:

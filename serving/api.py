@@ -7,7 +7,8 @@ Routes:
   a sources list); the extra top-level fields ``citations``, ``evidence``, ``query_triples`` and
   ``timings`` carry the rest. ``stream: true`` sends server-sent events in OpenAI's chunk format
   (the answer is computed first, then streamed in pieces; the last chunk carries the citations).
-- ``POST /v1/retrieve``: ``{"question", "query_triples"?, "use_cot"?, "options"?}`` → Evidence JSON.
+- ``POST /v1/retrieve``: ``{"question", "query_triples"?, "use_cot"?, "options"?, "budget_chars"?}`` → Evidence JSON and
+  ``context``: the numbered evidence text the generator would read, cut to ``budget_chars``.
 - ``GET /v1/models``; ``GET /healthz`` (status only; ``?details=1`` behind the key); ``GET /`` serves the
   web page (``serving/web``); ``/docs`` and ``/openapi.json`` only with ``api.docs``.
 
@@ -84,6 +85,7 @@ class ApiConfig:
     max_candidates: int = field(100, help="Most recommendation candidates (chat `candidates`) in one request.")
     max_candidate_chars: int = field(200, help="Longest candidate, in characters.")
     max_query_triples: int = field(16, help="Most query triples (/v1/retrieve `query_triples`) in one request.")
+    max_budget_chars: int = field(100_000, help="Largest /v1/retrieve `budget_chars` (characters of the returned evidence context).")
     max_triple_part_chars: int = field(200, help="Longest head, relation or tail of a query triple, in characters.")
     request_timeout_s: float = field(60.0, help="Time budget of one request once it holds an answering slot: past it, the "
                                                 "pipeline stops at its next check and the request gets 504 (0 = no budget).")
@@ -469,6 +471,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         query_triples: Optional[list[Union[list[str], dict[str, str]]]] = None
         use_cot: bool = True
         options: Optional[list[str]] = None
+        budget_chars: Optional[int] = None
 
     app = FastAPI(title="bencao", description="Answers about TCM, foods and dietary supplements with traceable evidence.",
                   version="1", docs_url="/docs" if cfg.docs else None, redoc_url=None,
@@ -672,9 +675,12 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
                 for part in (t.values() if isinstance(t, dict) else t):
                     short(part, f"query_triples[{i}]", cfg.max_triple_part_chars, "max_triple_part_chars")
             triples = [t if isinstance(t, dict) else dict(zip(("head", "relation", "tail"), t)) for t in body.query_triples]
+        if body.budget_chars is not None and not 0 <= body.budget_chars <= cfg.max_budget_chars:
+            raise ApiError(400, f"budget_chars must be between 0 (the recipe's budget) and {cfg.max_budget_chars:,}", param="budget_chars")
         pipeline = await holder.current()
         graph = holder.graph_field()
-        out = await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options)
+        extra = {"budget_chars": body.budget_chars} if body.budget_chars else {}
+        out = await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options, **extra)
         return JSONResponse(jsonable_encoder({**out, "graph": graph}), headers=stale_headers(graph))
 
     @app.post("/v1/chat/completions")

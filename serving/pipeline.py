@@ -32,8 +32,8 @@ from typing import Any
 from bencao.deadline import check_deadline
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence
-from bencao.serving.answer import (build_messages, citation, not_in_kb, own_answer_label, own_answer_messages, parse_reply,
-                                   references)
+from bencao.serving.answer import (ANSWER_PREFIX, build_messages, citation, generator_context, not_in_kb, own_answer_label,
+                                   own_answer_messages, parse_reply, prompt_language, references)
 from bencao.serving.config import PipelineConfig
 from bencao.serving.cot import CotDecomposer
 from bencao.serving.tasks import Query, read_prediction
@@ -75,9 +75,10 @@ class Answer:
     error: str | None = None  # a failed LLM request (the item can be retried)
     cot_error: str | None = None
     timings: dict[str, float] = field(default_factory=dict)
+    context: Any = None  # the RenderedContext the generator read (its numbers are the citations)
 
     def to_dict(self) -> dict[str, Any]:
-        refs = references(self.evidence)
+        refs = self.context.references() if self.context is not None else references(self.evidence)
         out = {"question": self.query.question, "task": self.query.task, "answer": self.answer, "prediction": self.prediction,
                "abstained": self.abstained, "citations": self.citations, "invalid_citations": self.invalid_citations,
                "own_answer": self.own_answer, "answered_by": self.answered_by,
@@ -175,17 +176,21 @@ class AnswerPipeline:
             return self.retriever.link(mention, context)
 
     def retrieve_dict(self, question: str, query_triples: list[Any] | None = None, use_cot: bool = True,
-                      options: list[str] | None = None) -> dict[str, Any]:
-        """Evidence as JSON (``/v1/retrieve``): every stage up to retrieval, with timings."""
+                      options: list[str] | None = None, budget_chars: int | None = None) -> dict[str, Any]:
+        """Evidence as JSON (``/v1/retrieve``): every stage up to retrieval, with timings, and ``context``: the
+        numbered evidence text the generator would read, cut to ``budget_chars`` (default: the recipe's
+        ``answer.context.budget_chars``), with its citation list."""
         q = Query(question, candidates=list(options) if options else None,
                   query_triples=query_triples if (query_triples is not None or not use_cot) else None)
         if not use_cot and q.query_triples is None:
             q.query_triples = []
         a = self.run([q], answer=False)[0]
+        ctx = generator_context(q, a.evidence, self.cfg.answer, budget_chars)
         return {"question": question, "query_triples": a.query_triples, "cot_error": a.cot_error,
                 "evidence": a.evidence.to_dict() if a.evidence is not None else None,
                 "references": [citation(r) for r in references(a.evidence)], "understanding": a.understanding, "plan": a.plan,
-                "timings": a.timings}
+                "context": ctx.text, "context_chars": len(ctx.text), "budget_chars": ctx.budget_chars,
+                "context_citations": ctx.references(), "timings": a.timings}
 
     # -- answering
     def answer(self, question: str, *, task: str | None = None, options: dict[str, str] | None = None,
@@ -307,22 +312,66 @@ class AnswerPipeline:
             a.answer, a.citations, a.invalid_citations = parsed.answer, parsed.citations, parsed.invalid_citations
             a.prediction = {"text": a.answer, "abstained": a.abstained, "support": res["support"]}
 
+    def scores_letters(self) -> bool:
+        """Whether mcq / sd questions are answered by scoring the option letters (answer.mcq_mode)."""
+        from bencao.llm.base import can_score
+
+        mode = self.cfg.answer.mcq_mode
+        if mode == "letters" and not can_score(self.generator):
+            raise BencaoError(f"answer.mcq_mode: letters needs a generator that scores choices; "
+                              f"{getattr(self.generator, 'model', '?')} does not (use generate)")
+        return mode == "letters" or (mode == "auto" and can_score(self.generator, exact=True))
+
+    def _score_letters(self, items: list[Answer]) -> None:
+        """mcq / sd by the option letters' next-token scores (lm-eval-harness's multiple-choice scoring)."""
+        from bencao.llm import LLMError
+
+        acfg = self.cfg.answer
+        by_prefix: dict[str, list[Answer]] = {}
+        for a in items:
+            by_prefix.setdefault(ANSWER_PREFIX[prompt_language(a.query, acfg)], []).append(a)
+        for prefix, group in by_prefix.items():
+            batch = [build_messages(a.query, None if acfg.closed_book else a.evidence, acfg, context=a.context, scoring=True)
+                     for a in group]
+            results = self.generator.score_choices_many(batch, [list(a.query.options or {}) for a in group], prefix=prefix)
+            for a, r in zip(group, results):
+                if isinstance(r, LLMError):
+                    a.error = str(r)
+                    continue
+                n = a.query.n_answers if a.query.task == "mcq" else 1
+                ranking = sorted((k for k, v in r.scores.items() if v is not None), key=lambda k: -r.scores[k])  # type: ignore[operator]
+                a.prediction = {"answer": ranking[:n], "ranking": ranking, "scores": {k: (None if v is None else round(v, 4))
+                                                                                       for k, v in r.scores.items()},
+                                "abstained": not ranking, "scored_by": "letters"}
+                a.abstained = not ranking
+                a.usage = {"prompt_tokens": r.prompt_tokens, "completion_tokens": 0}
+                opts = a.query.options or {}
+                a.answer = ", ".join(f"{k}. {opts[k]}" for k in ranking[:n])
+
     def _generate(self, out: list[Answer], params: dict[str, Any]) -> None:
         from bencao.llm import LLMError
 
         acfg = self.cfg.answer
         model = getattr(self.generator, "model", "?")
-        batch, slots, own = [], [], []
+        batch, slots, own, scored = [], [], [], []
+        letters = any(a.query.task in ("mcq", "sd") for a in out) and self.scores_letters()
         for a in out:
             a.answered_by = f"generator:{model}"
             ev = a.evidence
+            if not acfg.closed_book:
+                a.context = generator_context(a.query, ev, acfg)
             if a.query.task == "qa" and not acfg.closed_book and (ev is None or ev.is_empty()):
                 a.answer, a.abstained = not_in_kb(a.query.question, acfg), True  # nothing to ground an answer in
                 a.prediction = {"text": a.answer, "abstained": True}
                 own.append(a)
                 continue
-            batch.append(build_messages(a.query, None if acfg.closed_book else ev, acfg))
+            if letters and a.query.task in ("mcq", "sd") and a.query.options:
+                scored.append(a)
+                continue
+            batch.append(build_messages(a.query, None if acfg.closed_book else ev, acfg, context=a.context))
             slots.append(a)
+        if scored:
+            self._score_letters(scored)
         replies = self.generator.complete_many(batch, **params) if batch else []
         for a, rep in zip(slots, replies):
             if isinstance(rep, LLMError):
@@ -330,7 +379,7 @@ class AnswerPipeline:
                 continue
             a.reply = rep.text
             a.usage = {"prompt_tokens": rep.prompt_tokens, "completion_tokens": rep.completion_tokens}
-            parsed = parse_reply(rep.text, references(a.evidence))
+            parsed = parse_reply(rep.text, a.context.references() if a.context is not None else [])
             a.citations, a.invalid_citations = parsed.citations, parsed.invalid_citations
             if a.query.task == "qa":
                 if parsed.not_in_kb:  # the evidence does not answer the question (iDISK2.0-RAG)

@@ -36,9 +36,12 @@ def test_closed_book_with_a_tiny_local_model_through_the_cli(tmp_path, capsys):
     preds = read_predictions(out)
     assert len(preds) == 3
     for p in preds.values():
-        assert isinstance(p["extra"]["reply"], str) and p["extra"]["answered_by"] == f"generator:{model}"
+        # a local model scores the option letters (answer.mcq_mode auto): every option has a log-probability
+        assert p["extra"]["answered_by"] == f"generator:{model}" and p["prediction"]["scored_by"] == "letters"
+        scores = p["prediction"]["scores"]
+        assert set(scores) == set(MCQ[0]["options"]) and all(v is not None and v <= 0 for v in scores.values())
+        assert p["prediction"]["answer"] == [max(scores, key=scores.get)]
         assert p["evidence"] == {} and p["evidence_contains_gold"] is None  # closed book: no evidence
-        assert p["prediction"]["abstained"] == (p["prediction"]["answer"] == [])
     metrics = json.loads((out / "metrics.json").read_text(encoding="utf-8"))["mcq_zh"]
     assert metrics["n"] == 3 and 0.0 <= metrics["accuracy"] <= 1.0 and "evidence_contains_gold" not in metrics
     assert (out / "llm_cache.sqlite").exists()
@@ -46,6 +49,13 @@ def test_closed_book_with_a_tiny_local_model_through_the_cli(tmp_path, capsys):
     before = (out / "predictions.jsonl").read_text(encoding="utf-8")
     assert main(args) == 0
     assert (out / "predictions.jsonl").read_text(encoding="utf-8") == before
+    # answer.mcq_mode=generate: a written reply whose answer line is parsed
+    gen_out = tmp_path / "gen"
+    gen_args = [a if a != str(out) else str(gen_out) for a in args] + ["--set", "answer.mcq_mode=generate"]
+    assert main(gen_args) == 0, capsys.readouterr().err
+    for p in read_predictions(gen_out).values():
+        assert isinstance(p["extra"]["reply"], str) and "scores" not in p["prediction"]
+        assert p["prediction"]["abstained"] == (p["prediction"]["answer"] == [])
 
 
 def test_scripted_endpoint_exact_scores_failures_and_resume(tmp_path):

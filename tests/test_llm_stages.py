@@ -91,7 +91,7 @@ def test_yaoshi_case_with_every_llm_stage(yaoshi, tmp_path, capsys):
     assert planned[0]["relations"] == ["~has_symptom", "~suits"]
     # the foods the paths reach come with their attributes, into the generator's prompt
     assert linked["百合"]["roles"] == ["path"] and linked["百合"]["attributes"]["nature"] == "微寒"
-    assert "百合 (food): nature: 微寒" in gen_prompt and "—~has_symptom→ 阴虚质 —~suits→ 百合" in gen_prompt
+    assert "百合（food）：nature: 微寒" in gen_prompt and "—~has_symptom→ 阴虚质 —~suits→ 百合" in gen_prompt
     # the recommendation in the JSON contract
     assert out["prediction"]["items"] == ["百合", "银耳"] and out["prediction"]["recommendation"]["avoid"][0]["item"] == "辣椒"
     assert out["answered_by"] == "generator:scripted"

@@ -63,12 +63,14 @@ def test_local_transformers_generator_gets_numbered_evidence_and_abstains_on_emp
     assert len(batch) == 1
     prompt = batch[0][1]["content"]
     ev = res["evidence"]
+    refs = res["references"]  # the numbered list the generator read: facts, passages, paths, attributes
     first = ev["snippets"][0]
-    assert f"[1] {' › '.join(first['path'])}: " in prompt and ZH in prompt
-    assert f"[{len(ev['snippets'])}] " in prompt
+    n_first = next(r["n"] for r in refs if r.get("kind") == "passage" and r["snippet_id"] == first["id"])
+    assert f"[{n_first}] {' › '.join(first['path'])}：" in prompt and ZH in prompt
+    assert [r["n"] for r in refs] == list(range(1, len(refs) + 1)) and all(f"[{r['n']}] " in prompt for r in refs)
+    assert {r["snippet_id"] for r in refs if r.get("kind") == "passage"} == {s["id"] for s in ev["snippets"]}
     assert res["answered_by"] == f"generator:{tiny_path}" and res["abstained"] is False
     assert isinstance(res["answer"], str) and res["timings"]["answer_s"] >= 0
-    assert res["references"][0]["snippet_id"] == first["id"]
 
     assert empty["abstained"] is True and empty["answer"] == not_in_kb(NOTHING) and empty["citations"] == []
     assert empty["own_answer"] is None
@@ -88,10 +90,10 @@ def test_citations_are_parsed_from_the_generator_reply(graph, retriever):
     cfg = PipelineConfig()
     pipe = AnswerPipeline(graph, cfg, retriever=retriever, clients={'generator': scripted})
     res = pipe.answer(ZH)
-    snips = res["evidence"]["snippets"]
+    by_n = {r["n"]: r for r in res["references"]}
     assert [c["n"] for c in res["citations"]] == [2, 1]
-    assert [c["snippet_id"] for c in res["citations"]] == [snips[1]["id"], snips[0]["id"]]
-    assert res["citations"][0]["path"] == snips[1]["path"] and res["invalid_citations"] == [99]
+    assert [c.get("snippet_id") for c in res["citations"]] == [by_n[2].get("snippet_id"), by_n[1].get("snippet_id")]
+    assert res["citations"][0]["heading"] == by_n[2]["heading"] and res["invalid_citations"] == [99]
     assert res["usage"]["completion_tokens"] > 0
 
 

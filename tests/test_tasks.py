@@ -63,7 +63,7 @@ def test_prompts_carry_options_evidence_and_answer_format():
     msgs = build_messages(q, ev)
     assert [m["role"] for m in msgs] == ["system", "user"]
     user = msgs[1]["content"]
-    assert "参考资料" in user and "[1] 论语 › 乡党: 割不正，不食。" in user and "B. 孔子" in user and "答案：B" in user
+    assert "参考资料" in user and "[1] 论语 › 乡党：割不正，不食。" in user and "B. 孔子" in user and "答案：B" in user
     closed = build_messages(q, None)[1]["content"]
     assert "参考资料" not in closed
     multi = build_messages(Query.from_record({"id": "1", "task": "mcq", "question": "下列哪些是儒家？", "options": OPTS, "answer": ["A", "B"]}), ev)[1]["content"]
@@ -71,4 +71,4 @@ def test_prompts_carry_options_evidence_and_answer_format():
     en = build_messages(Query.from_record({"id": "2", "task": "tf", "statement": "Ginger is warm.", "answer": True, "lang": "en"}), None)
     assert "Answer: true" in en[1]["content"] and en[0]["content"].startswith("You are")
     qa = build_messages(Query("大枣的性味？"), ev)
-    assert "NOT_IN_KB" in qa[0]["content"] and "[1] 论语 › 乡党: 割不正，不食。" in qa[1]["content"]
+    assert "NOT_IN_KB" in qa[0]["content"] and "[1] 论语 › 乡党：割不正，不食。" in qa[1]["content"]

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from bencao.llm.base import Completion, LLMClient, LLMError, Message, SyncFacade
+from bencao.llm.base import ChoiceScores, Completion, LLMClient, LLMError, Message, SyncFacade
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS responses (
@@ -171,6 +171,50 @@ class CachedClient(SyncFacade):
                 out[i] = c
                 if isinstance(c, Completion):
                     self.cache.put(keys[i][0], {"messages": batch[i], "params": p}, c)
+        return out  # type: ignore[return-value]
+
+    # -- choice scoring: cached like replies (the scores as the stored text), keyed by prompt, prefix, choices and top_k
+    @property
+    def supports_scoring(self) -> bool:
+        return bool(getattr(self.inner, "supports_scoring", False))
+
+    @property
+    def supports_json_schema(self) -> bool:
+        return bool(getattr(self.inner, "supports_json_schema", False))
+
+    def _score_key(self, messages: list[Message], choices: list[str], prefix: str, top_k: int) -> tuple[str, dict[str, Any]]:
+        p = {"score_choices": list(choices), "prefix": prefix, "top_k": int(top_k)}
+        return cache_key(self.cache_id, messages, p), p
+
+    def _score_hit(self, key: str) -> ChoiceScores | None:
+        hit = self._lookup(key)
+        if hit is None:
+            return None
+        try:
+            return ChoiceScores.from_dict(json.loads(hit.text), cached=True)
+        except (ValueError, TypeError, KeyError):
+            return None
+
+    async def ascore_choices(self, messages: list[Message], choices: list[str], *, prefix: str = "", top_k: int = 20) -> ChoiceScores:
+        return (await self.ascore_choices_many([messages], [choices], prefix=prefix, top_k=top_k))[0]  # type: ignore[return-value]
+
+    async def ascore_choices_many(self, batch: list[list[Message]], choices: list[list[str]], *, prefix: str = "",
+                                  top_k: int = 20) -> list[ChoiceScores | LLMError]:
+        keys = [self._score_key(m, c, prefix, top_k) for m, c in zip(batch, choices)]
+        out: list[ChoiceScores | LLMError | None] = [self._score_hit(k) for k, _ in keys]
+        todo = [i for i, o in enumerate(out) if o is None]
+        if todo and self.replay_only:
+            for i in todo:
+                out[i] = self._miss_error()
+            todo = []
+        if todo:
+            fresh = await self.inner.ascore_choices_many([batch[i] for i in todo], [choices[i] for i in todo], prefix=prefix,
+                                                          top_k=top_k)
+            for i, r in zip(todo, fresh):
+                out[i] = r
+                if isinstance(r, ChoiceScores):
+                    c = Completion(text=json.dumps(r.to_dict(), ensure_ascii=False), model=r.model, prompt_tokens=r.prompt_tokens)
+                    self.cache.put(keys[i][0], {"messages": batch[i], "params": keys[i][1]}, c)
         return out  # type: ignore[return-value]
 
     def flush(self) -> None:

@@ -13,10 +13,13 @@ import threading
 from typing import Any
 
 from bencao.errors import BencaoError
-from bencao.llm.base import BaseClient, Completion, LLMConfig, LLMError, Message
+from bencao.llm.base import BaseClient, ChoiceScores, Completion, LLMConfig, LLMError, Message, choice_variants
 
 
 class LocalHFClient(BaseClient):
+    supports_scoring = True
+    exact_scoring = True
+
     def __init__(self, model: Any, tokenizer: Any, *, name: str | None = None, batch_size: int = 8, **kw: Any):
         kw.setdefault("max_concurrency", 1)
         super().__init__(**kw)
@@ -57,6 +60,78 @@ class LocalHFClient(BaseClient):
 
     def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         return self._generate([messages], params)[0]
+
+    # -- next-token scoring (multiple-choice letters)
+    def _prompt_text(self, messages: list[Message], prefix: str) -> str:
+        try:
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + prefix
+        except Exception as exc:  # noqa: BLE001 - a template error is a rejected request
+            raise LLMError(f"{self.model}: chat template failed: {exc}", kind="rejected") from None
+
+    def _first_ids(self, choice: str) -> list[int]:
+        ids = []
+        for v in choice_variants(choice):
+            enc = self.tokenizer.encode(v, add_special_tokens=False)
+            if enc and enc[0] not in ids:
+                ids.append(enc[0])
+        return ids
+
+    def _score_once(self, messages: list[Message], choices: list[str], prefix: str, top_k: int) -> ChoiceScores:
+        return self._score_batch([messages], [choices], prefix, top_k)[0]
+
+    async def ascore_choices_many(self, batch: list[list[Message]], choices: list[list[str]], *, prefix: str = "",
+                                  top_k: int = 20) -> list[ChoiceScores | LLMError]:
+        from bencao.llm import aio
+
+        return await aio.to_thread(self._score_all, batch, choices, prefix, top_k)
+
+    def _score_all(self, batch: list[list[Message]], choices: list[list[str]], prefix: str, top_k: int) -> list[ChoiceScores | LLMError]:
+        out: list[ChoiceScores | LLMError | None] = [None] * len(batch)
+        texts: list[str | None] = [None] * len(batch)
+        for i, m in enumerate(batch):
+            try:
+                texts[i] = self._prompt_text(m, prefix)
+            except LLMError as exc:
+                out[i] = exc
+        # prompts of similar length together: less padding in a batch
+        order = sorted((i for i in range(len(batch)) if out[i] is None), key=lambda i: len(texts[i] or ""))
+        for k in range(0, len(order), self.batch_size):
+            idx = order[k : k + self.batch_size]
+            try:
+                res = self._score_texts([texts[i] or "" for i in idx], [choices[i] for i in idx], top_k)
+            except LLMError as exc:
+                res = [exc] * len(idx)
+            for i, r in zip(idx, res):
+                out[i] = r
+        return out  # type: ignore[return-value]
+
+    def _score_batch(self, batch: list[list[Message]], choices: list[list[str]], prefix: str, top_k: int) -> list[ChoiceScores]:
+        return self._score_texts([self._prompt_text(m, prefix) for m in batch], choices, top_k)
+
+    def _score_texts(self, texts: list[str], choices: list[list[str]], top_k: int) -> list[ChoiceScores]:
+        import torch
+
+        tok = self.tokenizer
+        with self._lock:
+            enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
+            enc = {k: v.to(self.hf_model.device) for k, v in enc.items()}
+            with torch.no_grad():
+                try:
+                    logits = self.hf_model(**enc, logits_to_keep=1).logits[:, -1, :]
+                except TypeError:  # a model class without logits_to_keep
+                    logits = self.hf_model(**enc).logits[:, -1, :]
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        out = []
+        for row, mask, cs in zip(logp, enc["attention_mask"], choices):
+            scores: dict[str, float | None] = {}
+            for c in cs:
+                ids = self._first_ids(c)
+                scores[c] = float(torch.logsumexp(row[ids], dim=0)) if ids else None
+            k = min(max(int(top_k), 0), row.shape[0])
+            vals, idx = torch.topk(row, k) if k else (row[:0], row[:0].long())
+            top = [(tok.decode([int(i)]), float(v)) for v, i in zip(vals, idx)]
+            out.append(ChoiceScores(scores=scores, top=top, model=self.model, prompt_tokens=int(mask.sum())))
+        return out
 
     async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
         from bencao.llm import aio

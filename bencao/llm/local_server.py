@@ -89,6 +89,12 @@ def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: f
         top_p: float | None = None
         max_tokens: int | None = None
         seed: int | None = None
+        stop: list[str] | str | None = None
+        logprobs: bool | None = None
+        top_logprobs: int | None = None
+        response_format: dict[str, Any] | None = None
+        add_generation_prompt: bool | None = None  # vLLM's chat extras: a final assistant message continued
+        continue_final_message: bool | None = None
 
     app = FastAPI(title="bencao local LLM")
     app.state.stats = stats
@@ -116,10 +122,28 @@ def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: f
             if latency_s > 0:
                 await asyncio.sleep(latency_s)
             params = {k: v for k, v in {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
-                                        "seed": req.seed}.items() if v is not None}
+                                        "seed": req.seed, "stop": req.stop}.items() if v is not None}
+            messages = [m.model_dump() for m in req.messages]
+            prefix = ""
+            if req.continue_final_message:
+                if not messages or messages[-1]["role"] != "assistant":
+                    raise HTTPException(status_code=400, detail="continue_final_message needs a final assistant message")
+                prefix = messages.pop()["content"]
+            fmt = req.response_format or {}
+            if fmt.get("type") == "json_schema":
+                schema = (fmt.get("json_schema") or {}).get("schema")
+                if isinstance(schema, dict):
+                    params["json_schema"] = schema
             try:
                 # the client's own requests run on bencao's LLM loop, not on the server's
-                c = await asyncio.wrap_future(aio.submit(client.acomplete([m.model_dump() for m in req.messages], **params)))
+                if req.logprobs or prefix:
+                    if (req.max_tokens or 1) != 1:
+                        raise HTTPException(status_code=400, detail="this server returns logprobs (and continues a final "
+                                                                    "assistant message) for one-token replies only: max_tokens=1")
+                    k = max(1, min(int(req.top_logprobs or 1), 20))
+                    sc = await asyncio.wrap_future(aio.submit(client.ascore_choices(messages, [], prefix=prefix, top_k=k)))
+                    return _logprob_reply(served, sc, k if req.logprobs else 0)
+                c = await asyncio.wrap_future(aio.submit(client.acomplete(messages, **params)))
             except LLMError as exc:
                 if exc.kind == "rate_limit":
                     after = {"Retry-After": f"{exc.retry_after_s:g}"} if exc.retry_after_s is not None else None
@@ -135,6 +159,17 @@ def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: f
         }
 
     return app
+
+
+def _logprob_reply(served: str, sc: Any, top_logprobs: int) -> dict[str, Any]:
+    """A one-token chat completion from next-token scores, in the OpenAI ``logprobs`` shape."""
+    tok, lp = sc.top[0] if sc.top else ("", 0.0)
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": tok}, "finish_reason": "length"}
+    if top_logprobs:
+        choice["logprobs"] = {"content": [{"token": tok, "logprob": lp,
+                                           "top_logprobs": [{"token": t, "logprob": v} for t, v in sc.top[:top_logprobs]]}]}
+    return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()), "model": served,
+            "choices": [choice], "usage": {"prompt_tokens": sc.prompt_tokens, "completion_tokens": 1, "total_tokens": sc.prompt_tokens + 1}}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -169,6 +204,11 @@ def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int = 0, startup_ti
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def serve_forever(app: Any, host: str, port: int) -> None:
+    """Run ``app`` in the foreground until interrupted."""
+    _server(app, host, port).run()
 
 
 def main(argv: list[str] | None = None) -> None:

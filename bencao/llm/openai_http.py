@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from bencao.llm.base import BaseClient, Completion, LLMConfig, LLMError, Message
+from bencao.llm.base import BaseClient, ChoiceScores, Completion, LLMConfig, LLMError, Message
 
 
 def resolve_base_url(cfg_url: str | None) -> str | None:
@@ -21,9 +21,13 @@ def resolve_base_url(cfg_url: str | None) -> str | None:
 
 
 class OpenAIClient(BaseClient):
+    #: choices are scored from the reply's ``top_logprobs`` (vLLM, SGLang, llama.cpp's server, OpenAI, bencao llm serve)
+    supports_scoring = True
+
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, timeout_s: float = 120.0,
-                 max_retries: int = 3, **kw: Any):
+                 max_retries: int = 3, json_schema: bool = False, **kw: Any):
         super().__init__(max_retries=max_retries, **kw)
+        self.supports_json_schema = bool(json_schema)
         import openai
 
         self.model = model
@@ -37,7 +41,8 @@ class OpenAIClient(BaseClient):
     @classmethod
     def from_config(cls, cfg: LLMConfig) -> "OpenAIClient":
         return cls(cfg.model, base_url=cfg.base_url, api_key=os.environ.get(cfg.api_key_env), timeout_s=cfg.timeout_s,
-                   max_retries=cfg.max_retries, max_concurrency=cfg.max_concurrency, default_params=cfg.params())
+                   max_retries=cfg.max_retries, max_concurrency=cfg.max_concurrency, default_params=cfg.params(),
+                   json_schema=cfg.json_schema)
 
     def _async_client(self) -> Any:
         if self._client is None:
@@ -58,9 +63,49 @@ class OpenAIClient(BaseClient):
         return self._client
 
     async def _acall_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
-        oa = self._openai
         body = {"model": self.model, "messages": messages,
                 **{k: params[k] for k in ("temperature", "top_p", "max_tokens", "seed", "stop") if k in params}}
+        if params.get("json_schema") and self.supports_json_schema:
+            body["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": params["json_schema"]}}
+        resp = await self._post(body)
+        choices = resp.get("choices") if isinstance(resp, dict) else None
+        if not choices or not isinstance(choices[0], dict):
+            raise LLMError(f"{self._where()}: reply has no choices", retryable=True, kind="server")
+        choice = choices[0]
+        usage = resp.get("usage") or {}
+        return Completion(text=(choice.get("message") or {}).get("content") or "", model=resp.get("model") or self.model,
+                          prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
+                          finish_reason=choice.get("finish_reason"))
+
+    async def _ascore_once(self, messages: list[Message], choices: list[str], prefix: str, top_k: int) -> ChoiceScores:
+        """One-token reply with ``top_logprobs``; a choice is scored by the top tokens that spell it (None if absent).
+        A ``prefix`` is sent as the start of the assistant's reply (``continue_final_message``, as vLLM takes it)."""
+        import math
+
+        msgs = list(messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": 1, "temperature": 0.0, "logprobs": True,
+                                "top_logprobs": max(1, min(int(top_k), 20))}
+        if prefix:
+            msgs.append({"role": "assistant", "content": prefix})
+            body.update(add_generation_prompt=False, continue_final_message=True)
+        body["messages"] = msgs
+        resp = await self._post(body)
+        try:
+            first = resp["choices"][0]["logprobs"]["content"][0]
+            top = [(str(t["token"]), float(t["logprob"])) for t in first.get("top_logprobs") or []]
+        except (KeyError, IndexError, TypeError, ValueError):
+            raise LLMError(f"{self._where()}: the reply has no logprobs (the endpoint does not return top_logprobs)",
+                           kind="unsupported") from None
+        scores: dict[str, float | None] = {}
+        for c in choices:
+            ps = [lp for tok, lp in top if tok.strip() == c.strip()]
+            scores[c] = math.log(sum(math.exp(lp) for lp in ps)) if ps else None
+        usage = resp.get("usage") or {}
+        return ChoiceScores(scores=scores, top=top, model=resp.get("model") or self.model,
+                            prompt_tokens=int(usage.get("prompt_tokens") or 0))
+
+    async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
+        oa = self._openai
         tries = f"gave up after {self.max_retries + 1} attempts"
         try:
             # The SDK's generic POST (its documented way to any endpoint): the same retries, errors and
@@ -83,14 +128,9 @@ class OpenAIClient(BaseClient):
                            retryable=retry, kind="server" if retry else "rejected") from None
         except oa.APIError as exc:
             raise LLMError(f"{self._where()}: bad response: {exc}", retryable=True, kind="server") from None
-        choices = resp.get("choices") if isinstance(resp, dict) else None
-        if not choices or not isinstance(choices[0], dict):
-            raise LLMError(f"{self._where()}: reply has no choices", retryable=True, kind="server")
-        choice = choices[0]
-        usage = resp.get("usage") or {}
-        return Completion(text=(choice.get("message") or {}).get("content") or "", model=resp.get("model") or self.model,
-                          prompt_tokens=int(usage.get("prompt_tokens") or 0), completion_tokens=int(usage.get("completion_tokens") or 0),
-                          finish_reason=choice.get("finish_reason"))
+        if not isinstance(resp, dict):
+            raise LLMError(f"{self._where()}: reply is not a JSON object", retryable=True, kind="server")
+        return resp
 
     def _where(self) -> str:
         return f"{self.base_url or 'api.openai.com'} ({self.model})"

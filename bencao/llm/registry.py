@@ -39,6 +39,13 @@ def _local_hf(cfg: LLMConfig) -> LLMClient:
     return LocalHFClient.from_config(cfg)
 
 
+@register_backend("llama-cpp")
+def _llama_cpp(cfg: LLMConfig) -> LLMClient:
+    from bencao.llm.llama_cpp import LlamaCppClient  # llama-cpp-python is an optional extra
+
+    return LlamaCppClient.from_config(cfg)
+
+
 @register_backend("vllm")
 def _vllm(cfg: LLMConfig) -> LLMClient:
     from bencao.llm.vllm_backend import VLLMClient  # vLLM itself is imported only here, on a CUDA machine

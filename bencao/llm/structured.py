@@ -111,6 +111,8 @@ async def acomplete_json_many(client: LLMClient, batch: list[list[Message]], sch
                               lang: str = "en", repair: bool = True, **params: Any) -> list[StructuredResult]:
     """:func:`complete_json_many` for coroutines on the LLM loop."""
     results = [StructuredResult() for _ in batch]
+    if schema and getattr(client, "supports_json_schema", False) and "json_schema" not in params:
+        params = {**params, "json_schema": schema}  # decoded under the schema where the engine can (llama.cpp grammars, vLLM)
     replies = await client.acomplete_many(batch, **params)
     to_repair: list[int] = []
     for i, r in enumerate(replies):
