@@ -160,7 +160,8 @@ def generator_context(query: Any, evidence: Evidence | None, cfg: AnswerConfig |
                       budget_chars: int | None = None) -> RenderedContext:
     """The numbered evidence text the generator reads for ``query`` (:func:`bencao.serving.context.render_context`)."""
     cfg = cfg or AnswerConfig()
-    return render_context(evidence, cfg.context, prompt_language(query, cfg), budget_chars, context_limits(cfg))
+    return render_context(evidence, cfg.context, prompt_language(query, cfg), budget_chars, context_limits(cfg),
+                          options=query.option_texts() if query.options else None)
 
 
 def context_limits(cfg: AnswerConfig) -> Limits:
@@ -181,12 +182,13 @@ def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | No
 
     cfg = cfg or AnswerConfig()
     lang = prompt_language(query, cfg)
+    closed_book = evidence is None and context is None
     if context is None:
         context = render_context(evidence, cfg.context, lang, None, context_limits(cfg)) if evidence is not None else RenderedContext([], 0)
     lines = [defuse_fence(it.line(), "evidence") for it in context.items]
     return render(f"generate_{query.task}", lang, prompts_dir=cfg.prompts_dir, question=query.question,
                   options=query.options or {}, candidates=query.candidates or [], n_answers=query.n_answers,
-                  closed_book=evidence is None, has_evidence=bool(lines), marker=NOT_IN_KB_MARKER, context=lines,
+                  closed_book=closed_book, has_evidence=bool(lines), marker=NOT_IN_KB_MARKER, context=lines,
                   scoring=scoring, paths=[], triples=[], entities=[], snippets=[])
 
 

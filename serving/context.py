@@ -36,6 +36,10 @@ class ContextConfig:
                                   "paths (reasoning paths), entities (attributes of linked entities).")
     min_item_chars: int = field(60, help="A passage is cut to fit the rest of the budget only when at least this much is left.")
     fact_sources: bool = field(True, help="After each fact, where it was read (the heading of its passage, or its books).")
+    passage_mode: str = field("whole", help="whole: a passage from its start (cut to answer.max_snippet_chars) | excerpt: the "
+                                            "passage's run of sentences that holds the most (and the rarest) words of the question, "
+                                            "and for an option's passage the option, up to excerpt_chars — more passages fit a budget.")
+    excerpt_chars: int = field(200, help="passage_mode excerpt: the longest excerpt of one passage, in characters.")
 
     def validate(self) -> None:
         from bencao.errors import ConfigError
@@ -45,6 +49,15 @@ class ContextConfig:
             raise ConfigError(f"answer.context.order: unknown kind(s) {bad}; known: {', '.join(KINDS)}")
         if self.budget_chars < 0:
             raise ConfigError("answer.context.budget_chars must be 0 (no budget) or positive")
+        if self.passage_mode not in PASSAGE_MODES:
+            raise ConfigError(f"answer.context.passage_mode: {self.passage_mode!r} is not one of {', '.join(PASSAGE_MODES)}")
+        if self.excerpt_chars < 20:
+            raise ConfigError("answer.context.excerpt_chars must be at least 20")
+
+
+PASSAGE_MODES = ("whole", "excerpt")
+#: An option named in a piece of a passage outweighs any question word (the option's passage is about it).
+FOCUS_WEIGHT = 20.0
 
 
 @dataclass
@@ -100,6 +113,20 @@ class RenderedContext:
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "chars": len(self.text), "budget_chars": self.budget_chars, "left_out": self.truncated,
                 "citations": self.references()}
+
+    @classmethod
+    def from_text(cls, text: str, budget_chars: int = 0) -> "RenderedContext":
+        """A context read back from its text (``/v1/retrieve``'s ``context``): one ``[n] …`` item a line."""
+        import re
+
+        items = []
+        for line in (text or "").splitlines():
+            m = re.match(r"\[(\d+)\] (.*)$", line)
+            if m:
+                items.append(ContextItem(int(m.group(1)), "item", m.group(2)))
+            elif items:  # a continuation line (no item ever spans lines as rendered, but be lenient)
+                items[-1].text += " " + line.strip()
+        return cls(items, budget_chars)
 
 
 def fact_sentence(t: TripleHit, lang: str, templates: dict[str, dict[str, str]] | None = None) -> str:
@@ -163,11 +190,69 @@ def _entity_items(ev: Evidence, lim: Limits, lang: str) -> list[ContextItem]:
     return out
 
 
-def _passage_items(snippets: list[SnippetHit], lim: Limits, lang: str) -> list[ContextItem]:
+def _pieces(text: str, max_chars: int) -> list[str]:
+    """Sentences, and a sentence longer than ``max_chars`` split again at its commas (then by length)."""
+    import re
+
+    from bencao.text import split_sentences
+
+    out: list[str] = []
+    for sent in split_sentences(text):
+        if len(sent) <= max_chars:
+            out.append(sent)
+            continue
+        for part in re.split(r"(?<=[，、,:：])", sent):
+            while len(part) > max_chars:
+                out.append(part[:max_chars])
+                part = part[max_chars:]
+            if part:
+                out.append(part)
+    return out
+
+
+def excerpt(text: str, weights: dict[str, float], max_chars: int, focus: list[str] | tuple[str, ...] = ()) -> str:
+    """The run of consecutive sentences of ``text``, at most ``max_chars`` long, whose distinct words weigh most
+    (``weights``: word → idf) — a ``focus`` text (an option) named in it outweighs them all; "…" marks a cut."""
+    from bencao.retrieval.index.lexical import analyze
+    from bencao.text import norm_key
+
+    text = _clean(text)
+    if len(text) <= max_chars:
+        return text
+    pieces = _pieces(text, max_chars)
+    toks = [set(analyze(p)) for p in pieces]
+    keys = [norm_key(p) for p in pieces]
+    fkeys = [k for k in (norm_key(f) for f in focus) if k]
+    best, best_span = -1.0, (0, 0)
+    for i in range(len(pieces)):
+        length, seen, j = 0, set(), i
+        hits = 0
+        while j < len(pieces) and length + len(pieces[j]) <= max_chars:
+            length += len(pieces[j])
+            seen |= toks[j]
+            hits += sum(1 for f in fkeys if f in keys[j])
+            j += 1
+        if j == i:
+            continue
+        score = sum(weights.get(t, 0.0) for t in seen) + FOCUS_WEIGHT * min(hits, 1)
+        if score > best:
+            best, best_span = score, (i, j)
+    i, j = best_span
+    body = "".join(pieces[i:j])
+    return ("…" if i > 0 else "") + body + ("…" if j < len(pieces) else "")
+
+
+def _passage_items(snippets: list[SnippetHit], lim: Limits, lang: str, cfg: ContextConfig | None = None,
+                   weights: dict[str, float] | None = None, options: list[str] | None = None) -> list[ContextItem]:
     out = []
     for s in snippets[: lim.passages]:
         head = path_heading(s.path)
-        body = _cut(_clean(s.text), lim.passage_chars)
+        if cfg is not None and cfg.passage_mode == "excerpt":
+            focus = [options[int(v.split(":", 1)[1])] for v in s.via if v.startswith("option:") and options
+                     and v.split(":", 1)[1].isdigit() and int(v.split(":", 1)[1]) < len(options)]
+            body = excerpt(s.text, weights or {}, min(cfg.excerpt_chars, lim.passage_chars), focus)
+        else:
+            body = _cut(_clean(s.text), lim.passage_chars)
         gen = _generated_label(lang) if s.generated else ""
         out.append(ContextItem(0, "passage", f"{head}{gen}：{body}" if lang == "zh" else f"{head}{gen}: {body}", snippet_id=s.id,
                                path=list(s.path), heading=head, generated=s.generated, source_text=s.text))
@@ -175,17 +260,26 @@ def _passage_items(snippets: list[SnippetHit], lim: Limits, lang: str) -> list[C
 
 
 def render_context(evidence: Evidence | None, cfg: ContextConfig | None = None, lang: str = "zh",
-                   budget_chars: int | None = None, limits: Limits | None = None) -> RenderedContext:
-    """The numbered evidence text of ``evidence`` under ``budget_chars`` (default ``cfg.budget_chars``; 0 = none)."""
+                   budget_chars: int | None = None, limits: Limits | None = None,
+                   options: list[str] | None = None) -> RenderedContext:
+    """The numbered evidence text of ``evidence`` under ``budget_chars`` (default ``cfg.budget_chars``; 0 = none).
+
+    ``options``: a multiple-choice question's option texts (an option's passage is excerpted around the option)."""
     cfg = cfg or ContextConfig()
     lim = limits or Limits()
     budget = cfg.budget_chars if budget_chars is None else int(budget_chars)
     if evidence is None:
         return RenderedContext([], budget)
     by_id = {s.id: s for s in evidence.snippets}
+    weights = evidence.stats.get("terms") if isinstance(evidence.stats.get("terms"), dict) else None
+    if weights is None and cfg.passage_mode == "excerpt" and evidence.question:
+        from bencao.retrieval.index.lexical import analyze_query
+
+        weights = {t: 1.0 for t in analyze_query(evidence.question)}
     pools: dict[str, list[ContextItem]] = {
         "facts": _fact_items(evidence, cfg, lim, lang, by_id), "paths": _path_items(evidence, lim, lang),
-        "entities": _entity_items(evidence, lim, lang), "passages": _passage_items(evidence.snippets, lim, lang)}
+        "entities": _entity_items(evidence, lim, lang),
+        "passages": _passage_items(evidence.snippets, lim, lang, cfg, weights, options)}
     items: list[ContextItem] = []
     used = 0
     left_out = 0
@@ -208,9 +302,11 @@ def render_context(evidence: Evidence | None, cfg: ContextConfig | None = None, 
 
 
 def passages_context(snippets: list[SnippetHit], cfg: ContextConfig | None = None, lang: str = "zh",
-                     budget_chars: int | None = None, limits: Limits | None = None) -> RenderedContext:
+                     budget_chars: int | None = None, limits: Limits | None = None, question: str = "",
+                     weights: dict[str, float] | None = None) -> RenderedContext:
     """Passages alone in the same layout and budget (plain BM25's evidence in a comparison)."""
     cfg = cfg or ContextConfig()
     only = ContextConfig(budget_chars=cfg.budget_chars, order=["passages"], min_item_chars=cfg.min_item_chars,
-                         fact_sources=cfg.fact_sources)
-    return render_context(Evidence(snippets=list(snippets)), only, lang, budget_chars, limits)
+                         fact_sources=cfg.fact_sources, passage_mode=cfg.passage_mode, excerpt_chars=cfg.excerpt_chars)
+    return render_context(Evidence(question=question, snippets=list(snippets), stats={"terms": weights} if weights else {}),
+                          only, lang, budget_chars, limits)

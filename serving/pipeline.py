@@ -331,8 +331,8 @@ class AnswerPipeline:
         for a in items:
             by_prefix.setdefault(ANSWER_PREFIX[prompt_language(a.query, acfg)], []).append(a)
         for prefix, group in by_prefix.items():
-            batch = [build_messages(a.query, None if acfg.closed_book else a.evidence, acfg, context=a.context, scoring=True)
-                     for a in group]
+            batch = [build_messages(a.query, None if acfg.closed_book else a.evidence, acfg,
+                                    context=None if acfg.closed_book else a.context, scoring=True) for a in group]
             results = self.generator.score_choices_many(batch, [list(a.query.options or {}) for a in group], prefix=prefix)
             for a, r in zip(group, results):
                 if isinstance(r, LLMError):
@@ -368,7 +368,7 @@ class AnswerPipeline:
             if letters and a.query.task in ("mcq", "sd") and a.query.options:
                 scored.append(a)
                 continue
-            batch.append(build_messages(a.query, None if acfg.closed_book else ev, acfg, context=a.context))
+            batch.append(build_messages(a.query, None if acfg.closed_book else ev, acfg, context=None if acfg.closed_book else a.context))
             slots.append(a)
         if scored:
             self._score_letters(scored)

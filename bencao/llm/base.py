@@ -108,7 +108,8 @@ class LLMConfig:
     batch_size: int = cfg_field(8, help="local-hf: prompts generated together in one batch.")
     device: str = cfg_field("auto", help="local-hf: cpu | cuda | auto.")
     n_ctx: int = cfg_field(4096, help="llama-cpp: context length in tokens (prompt + reply).")
-    n_threads: int | None = cfg_field(None, help="llama-cpp: CPU threads (default: $BENCAO_LLM_THREADS, else every core).")
+    n_threads: int | None = cfg_field(None, help="llama-cpp and local-hf on a CPU: threads (default: $BENCAO_LLM_THREADS, else every "
+                                                 "core). On a machine busy with other work, fewer threads than cores run faster.")
     dtype: str = cfg_field("auto", help="local-hf: auto | float32 | bfloat16 | float16.")
     cache: str | None = cfg_field(None, help="SQLite response cache file; default <output>/llm_cache.sqlite. 'none' disables it.")
     replay_only: bool = cfg_field(False, help="Answer only from the cache; a miss is a skipped item (replays a run exactly).")

@@ -33,11 +33,18 @@ class LocalHFClient(BaseClient):
             tokenizer.pad_token = tokenizer.eos_token
 
     @classmethod
-    def from_pretrained(cls, path: str, *, device: str = "auto", dtype: str = "auto", **kw: Any) -> "LocalHFClient":
+    def from_pretrained(cls, path: str, *, device: str = "auto", dtype: str = "auto", n_threads: int | None = None,
+                        **kw: Any) -> "LocalHFClient":
+        import os
+
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from bencao.models import model_fingerprint, resolve_model
+
+        threads = n_threads or int(os.environ.get("BENCAO_LLM_THREADS", 0) or 0)
+        if threads > 0:  # on a shared CPU fewer threads than cores avoid OpenMP's spinning barriers
+            torch.set_num_threads(threads)
 
         target = resolve_model(path)
         try:
@@ -56,7 +63,7 @@ class LocalHFClient(BaseClient):
     @classmethod
     def from_config(cls, cfg: LLMConfig) -> "LocalHFClient":
         return cls.from_pretrained(cfg.model, device=cfg.device, dtype=cfg.dtype, batch_size=cfg.batch_size,
-                                   default_params=cfg.params())
+                                   n_threads=cfg.n_threads, default_params=cfg.params())
 
     def _call_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         return self._generate([messages], params)[0]

@@ -153,6 +153,8 @@ def _msg(exc: Exception) -> str:
         err = body.get("error", body)
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])[:300]
+        if isinstance(err, dict) and isinstance(err.get("detail"), str):  # FastAPI's HTTPException body
+            return err["detail"][:300]
         if isinstance(err, str):
             return err[:300]
     return str(exc)[:300]

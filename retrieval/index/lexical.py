@@ -221,6 +221,20 @@ class LexicalIndex:
         order = np.lexsort((docs, -sc))[:k]
         return [(self.ids[int(docs[i])], float(sc[i])) for i in order]
 
+    def idf(self, tokens: Iterable[str]) -> dict[str, float]:
+        """BM25's idf of each token the index knows (Lucene: ln(1 + (N − df + .5)/(df + .5))), from its posting lengths."""
+        vocab = self.bm25.vocab_dict
+        indptr = self.bm25.scores["indptr"]
+        n = len(self.ids)
+        out = {}
+        for t in dict.fromkeys(tokens):
+            tid = vocab.get(t)
+            if tid is None:
+                continue
+            df = int(indptr[tid + 1] - indptr[tid])
+            out[t] = float(np.log1p((n - df + 0.5) / (df + 0.5)))
+        return out
+
     def score_ids(self, query: str | list[str], ids: list[str]) -> dict[str, float]:
         """BM25 of ``query`` for the given documents only (absent ids and documents without a query token score 0).
 

@@ -191,6 +191,15 @@ class Retriever:
         ev.entities.extend(reached.values())
 
     # ------------------------------------------------------------------ main
+    def term_weights(self, question: str) -> dict[str, float]:
+        """The question's lexical tokens with their idf over the snippets (rarer = more telling)."""
+        from bencao.retrieval.index.lexical import analyze_query
+
+        lex = self.ix.lexical("snippets") if self.ix is not None else None
+        if lex is None:
+            return {}
+        return {t: round(v, 3) for t, v in lex.idf(analyze_query(question)).items()}
+
     def retrieve(self, question: str, query_triples: list[tuple[str, str, str]] | None = None, options: list[str] | None = None, *,
                  mentions: list[Mention] | None = None, dictionary: bool = True, planned_paths: list[tuple[str, ...]] | None = None,
                  planned_only: bool = False, asked_relations: list[str] | None = None, keywords: list[str] | None = None,
@@ -278,6 +287,9 @@ class Retriever:
                 t.sources = docs.get(t.id, [])[:2]
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
+        terms = self.term_weights(question)
+        if terms:
+            ev.stats["terms"] = terms  # the question's words and how rare they are: the context excerpts passages around them
         if case_patient:
             ev.stats["case_patient"] = case_patient  # the patient the case layer filtered by
         if planned_paths:

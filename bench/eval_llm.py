@@ -1,0 +1,272 @@
+"""What bencao's evidence does for a real reader: the same model, the same evidence budget, four conditions (issue 35).
+
+    HF_HUB_OFFLINE=1 .venv/bin/python bench/eval_llm.py --graph graphs/classics --model qwen2.5-coder-0.5b-instruct \\
+        --bench DEV/tcmbench_mcq.jsonl --bench DEV/tcm_best4sdt_sd.jsonl [--budget-chars 1200] [--limit N] \\
+        [--half a|b] [--out out/eval-llm] [--append bench/RESULTS.md]
+
+Every multiple-choice (``mcq``) and syndrome (``sd``) record is answered four times by the same model, which
+picks the option whose letter it scores highest as the next token (lm-eval-harness's multiple-choice scoring,
+the generator's ``answer.mcq_mode: letters``), under the same prompt template (``generate_mcq`` / ``generate_sd``)
+and the same evidence budget in characters:
+
+- ``closed``: (a) closed book, no evidence;
+- ``bm25``: (b) plain bm25s over the graph's snippets (heading path + text, bencao's tokeniser), the question
+  alone, the best passages laid out as bencao lays out passages (``passages_context``), cut to the budget;
+- ``bencao``: (c) bencao's served evidence from the question alone: exactly the ``context`` that ``/v1/retrieve``
+  returns for ``{"question", "budget_chars"}`` (``AnswerPipeline.retrieve_dict``, the graph's serving recipe);
+- ``full``: (d) bencao with its full recipe: the question with its options (option queries, option support), the
+  context the generator would read for it, cut to the same budget.
+
+Accuracy (sd: the top letter is a gold one) per file with a 95 % percentile-bootstrap interval, and the paired
+differences (c)−(b), (c)−(a), (d)−(a), (d)−(b) with paired bootstrap intervals over records. Each (record,
+condition) is written as it is scored to ``OUT/<model>/<condition>.jsonl``; a rerun resumes. ``--half a|b`` keeps
+the records whose id hashes into that half (the other half is for choosing settings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+CONDITIONS = ("closed", "bm25", "bencao", "full")
+LABEL = {"closed": "(a) closed book", "bm25": "(b) plain BM25 passages", "bencao": "(c) bencao, question only",
+         "full": "(d) bencao, full recipe"}
+PAIRS = (("bencao", "bm25"), ("bencao", "closed"), ("full", "closed"), ("full", "bm25"))
+
+
+def half_of(rec_id: str) -> str:
+    return "a" if int(hashlib.sha256(rec_id.encode("utf-8")).hexdigest(), 16) % 2 == 0 else "b"
+
+
+def load(paths: list[str], limit: int | None, half: str | None) -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for p in paths:
+        name = Path(p).stem
+        recs = []
+        for line in Path(p).read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r.get("task") not in ("mcq", "sd") or not r.get("options"):
+                continue
+            if half and half_of(str(r["id"])) != half:
+                continue
+            recs.append(r)
+        out += [(name, r) for r in (recs[:limit] if limit else recs)]
+    return out
+
+
+class Runner:
+    def __init__(self, args: argparse.Namespace):
+        from bencao.llm import LLMConfig, make_client
+        from bencao.serving.config import load_serve_config, recorded_serving_recipe
+        from bencao.serving.pipeline import AnswerPipeline
+
+        recipe = args.config or recorded_serving_recipe(args.graph)
+        self.cfg = load_serve_config(recipe, list(args.set or []))
+        self.cfg.answer.context.budget_chars = args.budget_chars
+        self.acfg = self.cfg.answer
+        self.budget = args.budget_chars
+        if "@" in args.model and args.model.split("@", 1)[1].startswith("http"):
+            name, url = args.model.split("@", 1)
+            llm = LLMConfig(backend="openai", model=name, base_url=url, temperature=0.0, max_retries=2)
+        else:
+            llm = LLMConfig(backend=args.engine, model=args.model, temperature=0.0, dtype=args.dtype, device="cpu",
+                            n_threads=args.threads, batch_size=1)
+        self.client = make_client(llm, default_cache=None if args.no_cache else Path(args.out) / "score_cache.sqlite")
+        self.model = args.model
+        self.pipe = AnswerPipeline(args.graph, self.cfg) if set(args.conditions) & {"bencao", "full", "bm25"} else None
+        self.bm25 = None
+        if "bm25" in args.conditions:
+            from retrieval_peers import PlainBM25
+
+            t = time.perf_counter()
+            self.bm25 = PlainBM25(self.pipe.retriever.g)
+            print(f"plain BM25 over {len(self.bm25.index.ids):,} snippets built in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+
+    def contexts(self, rec: dict[str, Any], conditions: list[str]) -> dict[str, Any]:
+        from bencao.retrieval.evidence import SnippetHit
+        from bencao.serving.answer import context_limits, generator_context
+        from bencao.serving.context import RenderedContext, passages_context
+        from bencao.serving.tasks import Query
+
+        q = Query.from_record(rec)
+        out: dict[str, Any] = {}
+        for c in conditions:
+            if c == "closed":
+                out[c] = None
+            elif c == "bm25":
+                ranked = self.bm25.ranked(q.question, 20)
+                rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
+                hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
+                out[c] = passages_context(hits, self.acfg.context, q.language, self.budget, context_limits(self.acfg), q.question,
+                                          self.pipe.retriever.term_weights(q.question))
+            elif c == "bencao":
+                ret = self.pipe.retrieve_dict(q.question, budget_chars=self.budget)  # what /v1/retrieve returns
+                out[c] = RenderedContext.from_text(ret["context"], self.budget)
+            elif c == "full":
+                a = self.pipe.run([q], answer=False)[0]
+                out[c] = generator_context(q, a.evidence, self.acfg, self.budget)
+        return out
+
+    def score(self, rec: dict[str, Any], contexts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        from bencao.llm import LLMError
+        from bencao.serving.answer import ANSWER_PREFIX, build_messages, prompt_language
+        from bencao.serving.tasks import Query
+
+        q = Query.from_record(rec)
+        conds = list(contexts)
+        batch = [build_messages(q, None, self.acfg, context=contexts[c], scoring=True) for c in conds]
+        prefix = ANSWER_PREFIX[prompt_language(q, self.acfg)]
+        res = self.client.score_choices_many(batch, [list(q.options or {})] * len(conds), prefix=prefix)
+        out = {}
+        gold = set(rec["answer"])
+        for c, r in zip(conds, res):
+            if isinstance(r, LLMError):
+                print(f"{rec['id']} {c}: {r}", file=sys.stderr)
+                continue
+            ranking = sorted((k for k, v in r.scores.items() if v is not None), key=lambda k: -r.scores[k])  # type: ignore[operator]
+            ctx = contexts[c]
+            out[c] = {"id": rec["id"], "condition": c, "pred": ranking[:1], "gold": sorted(gold), "correct": bool(ranking and ranking[0] in gold),
+                      "scores": {k: (None if v is None else round(v, 4)) for k, v in r.scores.items()}, "prompt_tokens": r.prompt_tokens,
+                      "context_chars": len(ctx.text) if ctx is not None else 0}
+        return out
+
+
+def done_ids(path: Path) -> set[str]:
+    if not path.exists():
+        return set()
+    out = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.add(json.loads(line)["id"])
+        except (ValueError, KeyError):
+            continue  # a torn last line of a killed run: scored again
+    return out
+
+
+def read_rows(path: Path) -> dict[str, dict[str, Any]]:
+    rows = {}
+    if path.exists():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                r = json.loads(line)
+                rows[r["id"]] = r
+            except (ValueError, KeyError):
+                continue
+    return rows
+
+
+def boot_ci(x: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+    idx = rng.integers(0, len(x), size=(n, len(x)))
+    lo, hi = np.percentile(x[idx].mean(axis=1), [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def table(records: list[tuple[str, dict[str, Any]]], outdir: Path, conditions: list[str], seed: int = 0) -> str:
+    from retrieval_peers import paired_delta
+
+    rows = {c: read_rows(outdir / f"{c}.jsonl") for c in conditions}
+    files = list(dict.fromkeys(name for name, _ in records))
+    lines = ["| file | n | " + " | ".join(LABEL[c] for c in conditions) + " |", "|---|---:|" + "---:|" * len(conditions)]
+    deltas = ["", "| file | " + " | ".join(f"{a} − {b}" for a, b in PAIRS if a in conditions and b in conditions) + " |",
+              "|---|" + "---:|" * sum(1 for a, b in PAIRS if a in conditions and b in conditions)]
+    for f in files + ["pooled"]:
+        ids = [r["id"] for name, r in records if (f == "pooled" or name == f) and all(r["id"] in rows[c] for c in conditions)]
+        if not ids:
+            continue
+        rng = np.random.default_rng(seed)
+        cells = []
+        for c in conditions:
+            x = np.array([rows[c][i]["correct"] for i in ids], dtype=float)
+            lo, hi = boot_ci(x, rng)
+            cells.append(f"{100 * x.mean():.1f} [{100 * lo:.1f}, {100 * hi:.1f}]")
+        lines.append(f"| {f} | {len(ids)} | " + " | ".join(cells) + " |")
+        dcells = []
+        for a, b in PAIRS:
+            if a in conditions and b in conditions:
+                d = np.array([float(rows[a][i]["correct"]) - float(rows[b][i]["correct"]) for i in ids])
+                m, lo, hi = paired_delta(d, np.random.default_rng(seed))
+                dcells.append(f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+        deltas.append(f"| {f} | " + " | ".join(dcells) + " |")
+    chars = {c: np.mean([r["context_chars"] for r in rows[c].values()]) if rows[c] else 0 for c in conditions}
+    letters = []
+    for c in conditions:
+        picks = [r["pred"][0] for r in rows[c].values() if r["pred"]]
+        if picks:
+            from collections import Counter
+
+            top = Counter(picks).most_common(2)
+            letters.append(f"{c}: {', '.join(f'{k} {100 * v / len(picks):.0f} %' for k, v in top)}")
+    return ("\n".join(lines) + "\n" + "\n".join(deltas) + "\n\nMean evidence characters: "
+            + ", ".join(f"{c} {v:.0f}" for c, v in chars.items()) + ".  Most picked letters: " + "; ".join(letters) + ".")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--graph", required=True)
+    ap.add_argument("--bench", action="append", required=True)
+    ap.add_argument("--model", required=True, help="An installed model's name, a transformers folder, or NAME@http://host:port/v1.")
+    ap.add_argument("--engine", default="local-hf", help="local-hf (transformers; fastest on prompts on a CPU) | llama-cpp.")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--config", default=None, help="Serving recipe (default: the one the graph recorded).")
+    ap.add_argument("--set", action="append", default=[], help="key=value override of the serving recipe.")
+    ap.add_argument("--budget-chars", type=int, default=1200)
+    ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--limit", type=int, default=None, help="The first N records of each file (after --half).")
+    ap.add_argument("--half", choices=["a", "b"], default=None)
+    ap.add_argument("--out", default="out/eval-llm")
+    ap.add_argument("--no-cache", action="store_true")
+    ap.add_argument("--table-only", action="store_true", help="Print the table of what is already scored.")
+    ap.add_argument("--append", default=None, help="Append the table to this results file (bench/RESULTS.md).")
+    ap.add_argument("--title", default=None)
+    args = ap.parse_args(argv)
+    args.conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
+    bad = [c for c in args.conditions if c not in CONDITIONS]
+    if bad:
+        ap.error(f"unknown condition(s) {bad}; known: {', '.join(CONDITIONS)}")
+    records = load(args.bench, args.limit, args.half)
+    outdir = Path(args.out) / Path(args.model.split("@")[0]).name
+    outdir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    if not args.table_only:
+        runner = Runner(args)
+        done = {c: done_ids(outdir / f"{c}.jsonl") for c in args.conditions}
+        fhs = {c: open(outdir / f"{c}.jsonl", "a", encoding="utf-8") for c in args.conditions}
+        try:
+            for i, (name, rec) in enumerate(records, 1):
+                todo = [c for c in args.conditions if rec["id"] not in done[c]]
+                if not todo:
+                    continue
+                t = time.perf_counter()
+                res = runner.score(rec, runner.contexts(rec, todo))
+                for c, row in res.items():
+                    fhs[c].write(json.dumps({**row, "file": name}, ensure_ascii=False) + "\n")
+                    fhs[c].flush()
+                print(f"{i}/{len(records)} {name} {rec['id']} " + " ".join(f"{c}={'✓' if r['correct'] else '·'}" for c, r in res.items())
+                      + f" ({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+        finally:
+            for fh in fhs.values():
+                fh.close()
+    text = table(records, outdir, args.conditions)
+    print(text)
+    if args.append:
+        from retrieval_peers import append_result
+
+        title = args.title or f"A real reader with bencao's evidence: {Path(args.model).name}, budget {args.budget_chars} characters"
+        append_result(args.append, title, "eval_llm.py", argv, f"{(time.perf_counter() - t0) / 60:.0f} min on this machine", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
