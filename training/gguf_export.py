@@ -326,9 +326,11 @@ def _encode(tensor, qtype):
     return gguf.quants.quantize(np.ascontiguousarray(data, dtype=np.float32), qtype)
 
 
-def export_gguf(model_dir: str | Path, out_file: str | Path, *, outtype: str = "f16", name: str | None = None) -> GGUFFile:
+def export_gguf(model_dir: str | Path, out_file: str | Path, *, outtype: str = "f16", name: str | None = None,
+                base_model: str | None = None, licence: str | None = None) -> GGUFFile:
     """Write the transformers folder ``model_dir`` (weights in safetensors, a byte-level BPE tokenizer) as
-    the GGUF file ``out_file``. ``name`` is ``general.name`` (default: the folder's name)."""
+    the GGUF file ``out_file``. ``name`` is ``general.name`` (default: the folder's name); ``base_model``
+    (a hub id or a name) and ``licence`` go to ``general.base_model.0.*`` and ``general.license``."""
     import gguf
     import numpy as np
     from transformers import AutoConfig
@@ -353,6 +355,15 @@ def export_gguf(model_dir: str | Path, out_file: str | Path, *, outtype: str = "
     general = name or model_dir.name
     w.add_type(gguf.GGUFType.MODEL)
     w.add_name(general)
+    if licence:
+        w.add_license(licence)
+    if base_model:
+        from bencao.training.provenance import is_hub_id
+
+        w.add_base_model_count(1)
+        w.add_base_model_name(0, base_model)
+        if is_hub_id(base_model):
+            w.add_base_model_repo_url(0, f"https://huggingface.co/{base_model}")
     ftype = {"f32": gguf.LlamaFileType.ALL_F32, "f16": gguf.LlamaFileType.MOSTLY_F16, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[outtype]
     w.add_file_type(ftype)
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -483,9 +494,10 @@ def check_gguf(model_dir: str | Path, gguf_file: str | Path, outtype: str | None
                      passed=not problems, problems=problems)
 
 
-def export_checked(model_dir: str | Path, out_file: str | Path, *, outtype: str = "f16", name: str | None = None) -> tuple[GGUFFile, GGUFCheck]:
-    """:func:`export_gguf`, then :func:`check_gguf`; a failed check removes the file and raises one line."""
-    written = export_gguf(model_dir, out_file, outtype=outtype, name=name)
+def export_checked(model_dir: str | Path, out_file: str | Path, *, outtype: str = "f16", **meta: Any) -> tuple[GGUFFile, GGUFCheck]:
+    """:func:`export_gguf` (``meta``: its name, base_model, licence), then :func:`check_gguf`; a failed check
+    removes the file and raises one line."""
+    written = export_gguf(model_dir, out_file, outtype=outtype, **meta)
     check = check_gguf(model_dir, written.path, outtype)
     if not check.passed:
         written.path.unlink(missing_ok=True)
