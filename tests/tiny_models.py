@@ -5,6 +5,9 @@
   ``<|im_end|>`` and pad ``<|endoftext|>`` — the same special tokens as Qwen2.5-Instruct.
 - ``build_tiny_qwen_gguf(dir)``: the same kind of model, with a tokenizer that splits text as Qwen2's
   does (NFC + Qwen2's regex, then byte-level), written as one GGUF file by ``training/gguf_export.py``.
+- ``build_tiny_bert(dir)``: a BERT built from a config (random weights, seeded) with a WordPiece vocabulary
+  trained here (Chinese characters split, lower-cased English), saved as a plain encoder (sentence-transformers
+  adds mean pooling) or, ``cross_encoder=True``, with a one-logit head (a CrossEncoder).
 - ``sft_records(n)``: conversational ``messages`` in Chinese (神农本草经 entries: "大枣的性味是什么？"
   → an answer built from the text) and English (FoodOn definitions).
 - ``embed_records()``: ``anchor, positive, negative, group`` pairs from the FoodOn demo subset
@@ -154,6 +157,30 @@ def build_tiny_qwen_gguf(out_dir: Path, outtype: str = "f16", hidden: int = 64, 
 
     hf = build_tiny_qwen(Path(out_dir) / "hf", hidden=hidden, seed=seed, split="qwen2")
     return export_gguf(hf, Path(out_dir) / f"tiny-qwen2-{outtype}.gguf", outtype=outtype, name="tiny-qwen2").path
+
+
+def build_tiny_bert(out_dir: Path, hidden: int = 32, layers: int = 2, heads: int = 2, intermediate: int = 64,
+                    cross_encoder: bool = False, vocab_size: int = 3000, seed: int = 0) -> Path:
+    """A seeded BERT of the given shape and a WordPiece tokenizer trained on the bundled texts, saved to ``out_dir``."""
+    import torch
+    from tokenizers.implementations import BertWordPieceTokenizer
+    from transformers import BertConfig, BertForSequenceClassification, BertModel, BertTokenizerFast
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    texts = [m["content"] for r in sft_records(200) for m in r["messages"]]
+    texts += [t for r in embed_records() for t in (r["anchor"], r["positive"]) if t]
+    wp = BertWordPieceTokenizer(clean_text=True, handle_chinese_chars=True, lowercase=True)
+    wp.train_from_iterator(texts, vocab_size=vocab_size, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                           show_progress=False)
+    wp.save_model(str(out_dir))
+    tok = BertTokenizerFast(vocab_file=str(out_dir / "vocab.txt"))
+    cfg = BertConfig(vocab_size=len(tok), hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=intermediate, max_position_embeddings=512, num_labels=1)
+    torch.manual_seed(seed)
+    (BertForSequenceClassification(cfg) if cross_encoder else BertModel(cfg)).save_pretrained(out_dir)
+    tok.save_pretrained(out_dir)
+    return out_dir
 
 
 def embed_records() -> list[dict]:
