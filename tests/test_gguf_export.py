@@ -179,3 +179,33 @@ def test_one_line_errors_for_what_cannot_be_written(tiny_gguf, tmp_path):
     with pytest.raises(ConfigError, match=r"tokenizer.json: pre-tokenizer .*Whitespace.* has no llama.cpp name"):
         export_gguf(odd, tmp_path / "x.gguf")
     assert not list(tmp_path.glob("*.gguf*"))  # nothing half-written is left behind
+
+
+def test_a_model_converted_from_gguf_exports_back_to_the_same_tokens(tmp_path):
+    """GGUF → transformers folder (what `bencao models` does with the real models) → GGUF again: the [PADn] filler
+    rows the first conversion brought back as tokens are UNUSED again, and the reload check passes."""
+    import gguf
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bencao.training.gguf_export import check_gguf, export_gguf
+
+    hf = build_tiny_qwen(tmp_path / "hf", split="qwen2")
+    model = AutoModelForCausalLM.from_pretrained(hf)
+    model.resize_token_embeddings(model.config.vocab_size + 8)
+    model.save_pretrained(hf)
+    first = export_gguf(hf, tmp_path / "first" / "m.gguf", outtype="f32")
+    conv = tmp_path / "converted"
+    got = AutoModelForCausalLM.from_pretrained(first.path.parent, gguf_file=first.path.name)
+    got.hf_quantizer = None  # transformers refuses to save a model it read from a GGUF until told it is plain now
+    got.config.quantization_config = None
+    got.save_pretrained(conv)
+    AutoTokenizer.from_pretrained(first.path.parent, gguf_file=first.path.name).save_pretrained(conv)
+    again = export_gguf(conv, tmp_path / "again.gguf", outtype="f16")
+    _, kv1 = _fields(first.path)
+    _, kv2 = _fields(again.path)
+    assert kv2["tokenizer.ggml.tokens"] == kv1["tokenizer.ggml.tokens"]
+    assert kv2["tokenizer.ggml.token_type"] == kv1["tokenizer.ggml.token_type"]
+    assert kv2["tokenizer.ggml.token_type"][-1] == int(gguf.TokenType.UNUSED)
+    assert kv2["tokenizer.ggml.pre"] == "qwen2" and kv2["tokenizer.chat_template"] == kv1["tokenizer.chat_template"]
+    check = check_gguf(conv, again.path)
+    assert check.passed, check.problems

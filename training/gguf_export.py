@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from contextlib import contextmanager
@@ -183,8 +184,12 @@ def pre_tokenizer_name(tokenizer_json: Path) -> str:
                       "(known: Qwen2's split regex, GPT-2's byte-level)")
 
 
+_PAD = re.compile(r"^\[PAD\d+\]$")
+
+
 def bpe_vocab(tok, n_vocab: int) -> tuple[list[str], list[int]]:
-    """(tokens, token types) for ids 0..n_vocab-1: missing ids become ``[PADn]`` (UNUSED)."""
+    """(tokens, token types) for ids 0..n_vocab-1: missing ids become ``[PADn]`` (UNUSED), as do ``[PADn]`` tokens
+    already in the vocabulary (a model converted from a GGUF has them)."""
     import gguf
 
     vocab = tok.get_vocab()
@@ -199,7 +204,9 @@ def bpe_vocab(tok, n_vocab: int) -> tuple[list[str], list[int]]:
             types.append(int(gguf.TokenType.UNUSED))
             continue
         tokens.append(by_id[i])
-        if i in added:
+        if _PAD.match(by_id[i]) and i not in added:  # a filler row a GGUF → transformers round trip brought back as a token
+            types.append(int(gguf.TokenType.UNUSED))
+        elif i in added:
             types.append(int(gguf.TokenType.CONTROL if added[i].special else gguf.TokenType.USER_DEFINED))
         else:
             types.append(int(gguf.TokenType.NORMAL))
