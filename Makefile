@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval retrieval-peers graph-routes eval-corpus bench train-demo venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval retrieval-peers graph-routes eval-corpus bench train-demo gpu-check gpu-wheels venv install-core install-dev clean-graph
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
@@ -144,6 +144,30 @@ train-demo: $(VENV)/.installed-dev
 	$(BIN)/bencao graph index --graph $(DEMO_OUT)/graph --config retrieval/static-zh embedder.model=$(DEMO_OUT)/static-zh
 	$(BIN)/python bench/static_zh.py --graph $(DEMO_OUT)/graph --model $(DEMO_OUT)/static-zh --out $(DEMO_OUT)/eval \
 		$(foreach f,$(wildcard $(DEV)/tcmbench_mcq.jsonl $(DEV)/tcm_best4sdt_sd.jsonl),--bench $(f))
+
+# The GPU check (bench/gpu_check.py, docs/training.md#the-gpu-check): bencao's SFT path (LoRA, and LoRA under ZeRO-2 in
+# one process) on a Qwen2 7B-shaped model against a bare trl loop (tokens/s, MFU, peak memory), and the embedder and
+# reranker trainers, in at most 8 minutes on one H100; on a machine without a GPU the same code on a tiny config.
+# It runs with the .venv when there is one, else with python3 (a lent GPU machine has no .venv: there, first
+# `python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl` and `export PYTHONPATH=/tmp/site`).
+# REAL_MODEL=DIR adds LoRA on a real causal LM folder; GPU_CHECK_OUT: the figures as JSON.
+GPU_PY ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,python3)
+GPU_CHECK_OUT ?= bench/results/gpu_check.json
+REAL_MODEL ?=
+gpu-check:
+	$(GPU_PY) bench/gpu_check.py --out $(GPU_CHECK_OUT) $(if $(REAL_MODEL),--real-model $(REAL_MODEL))
+
+# The wheels the GPU check needs on a lent GPU machine, which has torch and transformers but not trl, datasets nor
+# deepspeed (requirements/gpu-check.txt says which and why), at the lock's versions, for Python 3.12 manylinux
+# x86_64, into .whl/ (git-ignored; about 23 MiB; carry it: device README). deepspeed has no wheel on PyPI: it is built
+# here from its source archive as a pure-Python wheel (DS_BUILD_OPS=0; its ops compile on first use there).
+WHEEL_PLATFORMS := --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+	--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64
+gpu-wheels: $(BIN)/python
+	mkdir -p .whl
+	$(BIN)/python -m pip download -q --no-deps --only-binary=:all: $(WHEEL_PLATFORMS) -d .whl -c $(LOCK) -r requirements/gpu-check.txt
+	DS_BUILD_OPS=0 $(BIN)/python -m pip wheel -q --no-deps --no-build-isolation -c $(LOCK) -w .whl deepspeed
+	@du -ch .whl/*.whl | tail -1
 
 # A graph is the link DIR, its versions .DIR.v-* and the lock .DIR.lock beside it (docs/reliability.md).
 clean-graph:

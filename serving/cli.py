@@ -169,12 +169,15 @@ def infer(
     llm: Optional[str] = LLM,
     cot: Optional[str] = COT,
 ) -> None:
-    """Answer a file of questions with evidence, predictions and timings; safe to interrupt and run again."""
+    """Answer a file of questions with evidence, predictions and timings; safe to interrupt and run again.
+
+    The last line is the run's throughput: questions/s, and the prompt and generated tokens/s of every LLM stage.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from bencao.errors import BencaoError
-    from bencao.serving.infer import read_questions, run_inference
+    from bencao.serving.infer import read_questions, run_inference, summary_line
 
     src = input_ or questions
     if src is None:
@@ -193,3 +196,4 @@ def infer(
 
         res = run_inference(pipeline, src, output, cfg.infer, progress=on_progress)
     typer.echo(f"answered {res['answered']} of {res['total']} questions ({res['skipped']} already in {output}) -> {output}")
+    typer.echo(f"throughput: {summary_line(res)}")

@@ -10,6 +10,10 @@ read (options, claim, ranking); ``el`` records are linked.
 Resumable: the output is appended record by record (flushed and fsynced), ids already in it are
 skipped on restart, and a line torn by a kill is dropped, so a killed run resumes without
 duplicates. Each output line carries the answer, citations, evidence and timings.
+
+The summary a run returns (and ``bencao infer`` prints) has its throughput: questions answered per
+second of wall time, and the prompt and generated tokens per second of every LLM stage (CoT model,
+generator, ...) summed, counted from the replies themselves (cached replies apart: they generate nothing).
 """
 
 from __future__ import annotations
@@ -72,11 +76,34 @@ def to_query(q: dict[str, Any]) -> Any:
     return Query.from_record(rec)
 
 
+def throughput(answered: int, seconds: float, usage: Any) -> dict[str, Any]:
+    """Questions/s and prompt/generated tokens (and tokens/s) of a run that answered ``answered`` in ``seconds``."""
+    s = max(seconds, 1e-9)
+    prompt, generated = (usage.prompt_tokens, usage.completion_tokens) if usage is not None else (0, 0)
+    return {"seconds": round(seconds, 3), "questions_per_s": round(answered / s, 4),
+            "llm_requests": usage.requests if usage is not None else 0, "cached_replies": usage.cached if usage is not None else 0,
+            "prompt_tokens": prompt, "generated_tokens": generated,
+            "prompt_tokens_per_s": round(prompt / s, 2), "generated_tokens_per_s": round(generated / s, 2)}
+
+
+def summary_line(res: dict[str, Any]) -> str:
+    """The throughput of a run in one line."""
+    line = f"{res['answered']} questions in {res['seconds']:.2f} s ({res['questions_per_s']:.3g} questions/s)"
+    if res["llm_requests"] or res["cached_replies"]:
+        line += (f"; LLM: {res['llm_requests']} requests ({res['cached_replies']} cached), {res['prompt_tokens']:,} prompt tokens "
+                 f"({res['prompt_tokens_per_s']:,.1f}/s), {res['generated_tokens']:,} generated ({res['generated_tokens_per_s']:,.1f}/s)")
+    return line
+
+
 def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | Path, cfg: InferConfig | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered}``."""
+                  progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered}`` and the run's
+    throughput (:func:`throughput`: seconds, questions_per_s, prompt/generated tokens and tokens/s)."""
     cfg = cfg or InferConfig()
     questions = read_questions(questions_path)
+    meter = getattr(pipeline, "meter", None)
+    before = meter.snapshot() if meter is not None else None
+    started = time.perf_counter()
     with JsonlAppender(output_path) as out:
         todo = [q for q in questions if q["id"] not in out.done_ids]
         skipped = len(questions) - len(todo)
@@ -112,4 +139,5 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
                 done += 1
             if progress:
                 progress(done, len(todo))
-    return {"total": len(questions), "skipped": skipped, "answered": done}
+    usage = meter.snapshot().minus(before) if meter is not None else None
+    return {"total": len(questions), "skipped": skipped, "answered": done, **throughput(done, time.perf_counter() - started, usage)}

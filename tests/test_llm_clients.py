@@ -112,3 +112,21 @@ def test_complete_json_many_repairs_only_the_bad_ones():
     assert all(r.ok for r in res)
     assert [r.repaired for r in res] == [False, True, False]
     assert len(c.calls) == 4
+
+
+def test_metered_client_counts_fresh_replies_apart_from_cached_and_failed_ones():
+    from bencao.llm import Completion, LLMError
+    from bencao.llm.meter import Metered, UsageMeter
+
+    inner = ScriptedClient(["abc", LLMError("down", kind="server"), "de"])
+    meter = UsageMeter()
+    client = Metered(inner, meter)
+    replies = client.complete_many([[{"role": "user", "content": "xy"}]] * 3)
+    assert isinstance(replies[1], LLMError) and client.model == "scripted" and client.calls is inner.calls
+    u = meter.snapshot()
+    assert (u.requests, u.prompt_tokens, u.completion_tokens, u.cached) == (2, 4, 5, 0)  # the failure costs nothing
+    meter.add([Completion(text="cached", model="m", prompt_tokens=9, completion_tokens=9, cached=True)])
+    assert meter.snapshot().minus(u).cached == 1 and meter.snapshot().completion_tokens == 5
+    client.script = ["again"]  # attributes set on the wrapper reach the client
+    assert inner.script == ["again"] and client.complete([{"role": "user", "content": "z"}]).text == "again"
+    assert meter.snapshot().requests == 3

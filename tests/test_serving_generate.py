@@ -189,7 +189,12 @@ def test_batch_inference_with_a_generator_shows_options_and_links_them(graph, re
     gen = ScriptedClient(lambda msgs: "A [1]")
     pipe = AnswerPipeline(graph, PipelineConfig(), retriever=Recording(retriever, "retrieve"), clients={'generator': gen})
     out = tmp_path / "a.jsonl"
-    assert run_inference(pipe, q, out, InferConfig(batch_size=2)) == {"total": 2, "skipped": 0, "answered": 2}
+    res = run_inference(pipe, q, out, InferConfig(batch_size=2))
+    assert {k: res[k] for k in ("total", "skipped", "answered")} == {"total": 2, "skipped": 0, "answered": 2}
+    # throughput from the replies: the scripted client counts characters as tokens
+    prompts = sum(len(m["content"]) for msgs in gen.calls for m in msgs)
+    assert res["llm_requests"] == len(gen.calls) == 2 and res["prompt_tokens"] == prompts and res["generated_tokens"] == 2 * len("A [1]")
+    assert res["questions_per_s"] > 0 and res["generated_tokens_per_s"] == pytest.approx(10 / res["seconds"], rel=0.05)
     assert [kw.get("options") for _, kw in pipe.retriever.calls] == [["甘", "苦"], []]
     assert sum("大枣的味是？\nA. 甘\nB. 苦" in c[1]["content"] for c in gen.calls) == 1
     recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import signal
 import subprocess
 import time
@@ -82,6 +83,43 @@ def test_bad_input_is_one_line_naming_file_and_line_and_keeps_earlier_answers(gr
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and problem in err and len(err.splitlines()) == 1
     assert out.read_text(encoding="utf-8") == '{"id": "old", "answer": "kept"}\n'
+
+
+def test_a_local_model_answers_a_dev_format_file_with_its_throughput(graph, tmp_path, capsys):
+    """`bencao infer --llm MODEL --cot MODEL` over benchmark records (the dev files' format) with a tiny local
+    transformers model in both LLM stages: every record answered, and the summary says questions/s and the
+    prompt and generated tokens/s of the two stages together; a second run answers nothing and says so."""
+    from llm_fixtures import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "tiny")
+    q = _write(tmp_path / "dev.jsonl", [
+        {"id": "d1", "task": "mcq", "question": "大枣的味是？", "options": {"A": "甘", "B": "苦", "C": "咸"}, "answer": ["A"],
+         "lang": "zh", "source": "sample"},
+        {"id": "d2", "task": "sd", "question": "患者心腹邪气，脾虚，宜用何药？", "options": {"A": "大枣", "B": "丁香"}, "answer": ["A"],
+         "lang": "zh", "source": "sample"},
+        {"id": "d3", "task": "mcq", "question": "Which is a fruit?", "options": {"A": "jujube", "B": "salt"}, "answer": ["A"],
+         "lang": "en", "source": "sample"},
+    ])
+    out = tmp_path / "a.jsonl"
+    args = ["infer", str(q), "--output", str(out), "--graph", str(graph), "--llm", model, "--cot", model,
+            "-s", "generator.max_tokens=6", "-s", "generator.temperature=0", "-s", "cot.llm.max_tokens=6", "-s", "cot.llm.temperature=0"]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    recs = _read(out)
+    assert [r["id"] for r in recs] == ["d1", "d2", "d3"]
+    assert all(r["answered_by"] == f"generator:{model}" and set(r["prediction"]) >= {"answer"} for r in recs)
+    line = next(x for x in printed.splitlines() if x.startswith("throughput: "))
+    m = re.search(r"3 questions in ([\d.]+) s \(([\d.e+-]+) questions/s\); LLM: (\d+) requests \(0 cached\), ([\d,]+) prompt tokens "
+                  r"\(([\d,.]+)/s\), ([\d,]+) generated \(([\d,.]+)/s\)", line)
+    assert m, line
+    assert int(m.group(3)) == 6  # a CoT request and a generator request per question
+    prompt, generated = int(m.group(4).replace(",", "")), int(m.group(6).replace(",", ""))
+    assert prompt > 6 * 10 and 0 < generated <= 6 * 6  # max_tokens=6 in both stages
+    assert float(m.group(7).replace(",", "")) == pytest.approx(generated / float(m.group(1)), rel=0.1)
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "answered 0 of 3 questions (3 already in" in printed and "throughput: 0 questions in" in printed and "LLM:" not in printed
+    assert len(_read(out)) == 3
 
 
 def test_missing_graph_is_a_one_line_error(tmp_path, capsys):

@@ -124,12 +124,20 @@ def export_cmd(
     upload_plan: bool = typer.Option(False, "--upload-plan", help="Write OUT.upload-plan.json (files, sizes, SHA-256, commit message) "
                                      "instead of uploading."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Hub commit message."),
+    gguf: Optional[str] = typer.Option(None, "--gguf", help="Also write the merged causal LM as OUT/<OUT name>-<type>.gguf for "
+                                       "llama.cpp and Ollama: f16, q8_0 or f32. It is reloaded with transformers and its logits "
+                                       "compared with the merged model's before the export is kept; the figures go to "
+                                       "OUT/bencao_training.json and the model card."),
 ) -> None:
-    """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card; optionally upload."""
+    """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card (+ GGUF); optionally upload."""
     from bencao.training.export import export, push
 
-    exported = export(model, out, base=base)
+    exported = export(model, out, base=base, gguf=gguf)
     typer.echo(f"exported {exported.kind} to {out}")
+    if exported.gguf:
+        c = exported.gguf["check"]
+        typer.echo(f"GGUF {out / exported.gguf['file']}: {exported.gguf['bytes']:,} bytes; reload check passed "
+                   f"(logits within {c['relative_max_diff']:.3g} std of the merged model's, top-1 agreement {c['top1_agreement']:.3f})")
     if push_to_hub or upload_plan:
         plan_path = push(out, push_to_hub or "<repo>", private=private, dry_run=upload_plan or not push_to_hub, commit_message=commit_message)
         if plan_path:

