@@ -131,6 +131,8 @@ def convert_gguf(gguf_path: str | Path, out_dir: str | Path, *, provenance: dict
     from bencao.model_install import gguf_header, sha256_of
 
     src, out = Path(gguf_path), Path(out_dir)
+    if not src.is_file():
+        raise ConversionError(f"{src}: no such GGUF file")
     if out.exists() and not overwrite:
         if (out / "provenance.json").is_file():
             return out

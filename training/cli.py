@@ -116,20 +116,41 @@ def plan_cmd(
 
 
 def export_cmd(
-    model: Path = typer.Option(..., "--model", "-m", help="Training output dir (LoRA adapter or full model; LM or sentence-transformer)."),
-    out: Path = cliopts.out(True, "Output directory: merged safetensors, tokenizer, generation config, README.md."),
+    action: Optional[list[str]] = typer.Argument(None, metavar="[from-gguf FILE]", show_default=False,
+                                                 help="The action from-gguf FILE: turn a GGUF file (any architecture transformers reads: "
+                                                      "qwen2, llama, gemma3, ...) into a transformers folder at --out, with its "
+                                                      "provenance, instead of exporting a training run."),
+    model: Optional[Path] = typer.Option(None, "--model", "-m", help="Training output dir (LoRA adapter or full model; LM or "
+                                         "sentence-transformer). Required unless from-gguf."),
+    out: Optional[Path] = cliopts.out(False, "Output directory: merged safetensors, tokenizer, generation config, README.md "
+                                             "(from-gguf: the converted folder). Required."),
     base: Optional[str] = typer.Option(None, "--base", help="Base model to merge into (default: the one recorded at training)."),
     push_to_hub: Optional[str] = typer.Option(None, "--push-to-hub", help="Hub repo id to upload to (token from HF_TOKEN)."),
     private: bool = typer.Option(False, "--private", help="Create the hub repo private."),
     upload_plan: bool = typer.Option(False, "--upload-plan", help="Write OUT.upload-plan.json (files, sizes, SHA-256, commit message) "
                                      "instead of uploading."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Hub commit message."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="from-gguf: the weights' type, bfloat16 | float16 | float32."),
     gguf: Optional[str] = typer.Option(None, "--gguf", help="Also write the merged causal LM as OUT/<OUT name>-<type>.gguf for "
                                        "llama.cpp and Ollama: f16, q8_0 or f32. It is reloaded with transformers and its logits "
                                        "compared with the merged model's before the export is kept; the figures go to "
                                        "OUT/bencao_training.json and the model card."),
 ) -> None:
-    """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card (+ GGUF); optionally upload."""
+    """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card (+ GGUF); optionally upload.
+
+    `bencao export from-gguf FILE --out DIR` instead dequantises a GGUF file into a plain transformers folder.
+    """
+    if out is None:
+        raise typer.BadParameter("--out is required", param_hint="--out")
+    if action:
+        if action[0] != "from-gguf" or len(action) != 2:
+            raise typer.BadParameter(f"unexpected {' '.join(action)!r}: the only action is 'from-gguf FILE'", param_hint="[from-gguf FILE]")
+        from bencao.gguf_convert import convert_gguf
+
+        typer.echo(f"converted {Path(action[1]).name} to {convert_gguf(Path(action[1]), out, dtype=dtype)}")
+        return
+    if model is None:
+        raise typer.BadParameter("--model is required (or from-gguf FILE)", param_hint="--model")
     from bencao.training.export import export, push
 
     exported = export(model, out, base=base, gguf=gguf)
