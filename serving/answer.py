@@ -25,7 +25,7 @@ from typing import Any, Iterable
 
 from bencao.config import field
 from bencao.prompting import defuse_fence
-from bencao.retrieval.evidence import Evidence, path_heading
+from bencao.retrieval.evidence import Evidence, attributed_values, path_heading
 from bencao.text import lang_of
 
 #: What a generator writes first when the evidence does not answer the question.
@@ -98,14 +98,6 @@ def references(evidence: Evidence | None) -> list[dict[str, Any]]:
     return [{**r, "text": by_id[r["snippet_id"]].text} for r in evidence.references()]
 
 
-def _fmt_attr(value: Any) -> str:
-    if isinstance(value, list):
-        return "、".join(_fmt_attr(v) for v in value)
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {_fmt_attr(v)}" for k, v in value.items())
-    return str(value)
-
-
 def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> dict[str, list[str]]:
     """The prompt's evidence lines by part: ``paths``, ``triples``, ``entities``, ``snippets``."""
     if evidence is None:
@@ -114,7 +106,7 @@ def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> d
     triples = [f"- ({t.head}, {t.relation}, {t.tail}) {t.confidence:.2f}" for t in evidence.triples[: cfg.max_triples]]
     ents = []
     for e in [e for e in evidence.entities if e.attributes or e.description][: cfg.max_entities]:
-        bits = [f"{k}: {_fmt_attr(v)}" for k, v in e.attributes.items() if v not in (None, "", [], {})]
+        bits = [f"{k}: {v}" for k, v in attributed_values(e).items()]  # sourced values name the documents that give them
         if e.description:
             bits.append(e.description[:300])
         ents.append(f"- {e.name or e.id}" + (f" ({e.type})" if e.type else "") + ": " + "; ".join(bits))
