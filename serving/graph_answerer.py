@@ -70,7 +70,7 @@ DEFAULT_RELATION_CUES: dict[str, list[str]] = {
     "treats": ["主", "治", "疗", "疾", "病", "痛", "愈", "treat", "cure", "reliev", "heal", "remed"],
     "has_effect": ["主", "补", "益", "安", "养", "功", "效", "利", "除", "止", "久服", "effect", "benefi", "help", "support", "tonif", "used"],
     "toxicity": ["毒", "toxic", "poison"], "contraindications": ["忌", "禁", "勿", "不可", "不宜", "慎", "avoid", "contraindicat"],
-    "enters_meridian": ["入", "归", "经", "meridian", "channel"], "has_ingredient": ["用", "配", "和", "ingredient", "contain", "made"],
+    "enters_meridian": ["归经", "经络", *(f"入{c}" for c in "手足心肝脾肺肾胃胆"), "meridian", "channel"], "has_ingredient": ["用", "配", "和", "ingredient", "contain", "made"],
 }
 
 #: Short relation labels for reasoning paths (``A —label→ B``).
@@ -341,6 +341,8 @@ class GraphAnswerer:
         m = (e.link or {}).get("matched") or {}
         if not m or not e.mention or not e.name or norm_key(e.mention) == norm_key(e.name):
             return None
+        if m.get("via") in (None, "exact") and not has_cjk(e.mention):
+            return None  # "lemon" for FoodOn's "lemon (whole, raw)": its own synonym, nothing to explain
         variant = m.get("via") not in (None, "exact")
         doc = title_cite(m.get("document") or "")
         if lang == "zh":
@@ -432,10 +434,16 @@ class GraphAnswerer:
         condition (it is answered as an open question)."""
         lang = self.lang(question)
         w = _WORDS[lang]
-        subj_i = next((i for i, grp in enumerate(groups) if (grp[0].type or "") not in CONDITION_TYPES), 0)
+        # the subject is what the question names first ("Is honey a syrup?", "生姜能治疗消渴吗"), unless that is a disorder
+        # and something else is named too ("消渴能用生姜治吗")
+        first = groups[0][0].type or ""
+        subj_i = next((i for i, grp in enumerate(groups) if (grp[0].type or "") not in CONDITION_TYPES), 0) if first in CONDITION_TYPES else 0
         subject = groups[subj_i]
         ids = {e.id for e in subject}
         mentions = [x for e in subject for x in (e.mention, e.name) if x]
+        # the food as bought is linked ("lemon (whole, raw)"); its parent named as the question names it ("lemon") is the same thing
+        said = {norm_key(e.mention) for e in subject if e.mention}
+        ids |= {t.tail_id for t in ev.triples if t.relation == "is_a" and t.head_id in ids and norm_key(t.tail) in said}
         cond = condition_text(question, mentions, self.stop)
         cond_ids = {e.id for i, grp in enumerate(groups) if i != subj_i for e in grp if norm_key(e.mention or "") in norm_key(question)}
         asked_rels = set(self.intent_relations(question))
@@ -453,9 +461,8 @@ class GraphAnswerer:
             elif t.tail_id in ids and names_it(t.head_id, t.head):
                 facts.append(t)
         facts.sort(key=lambda t: (t.relation not in asked_rels, -float(t.confidence)))
-        paths = [p for p in ev.paths if len(p.entities) > 2 and (
-            (p.entities[0] in ids and any(names_it(e, n) for e, n in zip(p.entities[1:], p.names[1:])))
-            or (p.entities[-1] in ids and any(names_it(e, n) for e, n in zip(p.entities[:-1], p.names[:-1]))))]
+        paths = [p for p in ev.paths if len(p.entities) > 2 and (  # the path shown ends at the condition
+            (p.entities[0] in ids and names_it(p.entities[-1], p.names[-1])) or (p.entities[-1] in ids and names_it(p.entities[0], p.names[0])))]
         q_tokens = set(_content_tokens(question, self.stop))
         names = [norm_key(x) for x in mentions]
         sentences = sorted(self._sentences(ev, q_tokens, names, refs, lang=lang, condition=cond or " ".join(

@@ -31,8 +31,8 @@ improve improves improving ease eases easing fight fights fighting good effectiv
 beneficial used use kind type sort form any some people patients someone me i you my your eat eating eaten take taking taken drink
 drinking remedy remedies there that this""".split())
 
-#: Types of entities that are a condition or a property, not the subject a question asks about.
-CONDITION_TYPES = frozenset({"symptom", "disease", "syndrome", "effect", "flavour", "nature", "toxicity", "meridian", "anatomy", "quality"})
+#: Types of entities that are a disorder, not the subject a question asks about (when it names something else too).
+CONDITION_TYPES = frozenset({"symptom", "disease", "syndrome"})
 # Verbs an indication is written with (止呕 → 呕, 除烦 → 烦): the condition is also matched without them.
 _REMOVAL = ("止", "除", "去", "治", "疗", "解", "散", "逐", "辟", "消除", "缓解", "降低", "降", "减轻", "改善", "预防", "防止")
 

@@ -128,7 +128,8 @@ _NOT_FACT = re.compile(rf"^(?:(?:微?[{FLAVOURS}]){{1,3}}{_NATURE}?|{_NATURE}|{_
 _PAREN = re.compile(r"（[^（）]*）|\([^()]*\)|〔[^〕]*〕")
 _ALIAS = re.compile(r"[一又]名[∶:]?([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
 # other names the books give besides 一名/又名 (kind book_variant)
-_MORE_NAMES = re.compile(r"(?:亦名|别名|俗名|俗呼为?|俗称|俗谓之)[∶:]?([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
+# (at the start of a clause: 用牡荆俗名黄荆 names 牡荆, 吴俗名为壁虎 a local usage, not the entry)
+_MORE_NAMES = re.compile(r"(?:^|(?<=[。，；、]))(?:亦名|别名|俗名为?|俗呼为?|俗称|俗谓之)[∶:]?([\u4e00-\u9fff]{2,5}?)也?(?=[，。、；）)]|$)")
 # the editor's notes on how the entry's name was written: （旧作薯蓣，《御览》作署豫，是）
 _WRITTEN_AS = re.compile(r"(?:旧|一|或|亦|古|本|》)作([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
 _NOTE_PARA = re.compile(r"^（[^（）]{2,60}）$")
@@ -200,7 +201,7 @@ class Entry:
             self.aliases.append(name)
 
     def variant(self, name: str) -> None:
-        name = repair_name(name)
+        name = repair_name(re.sub(r"(?<=..)也$", "", name))  # 俗呼为野生姜也 → 野生姜
         if name and name != self.name and name not in self.aliases and name not in self.variants and not re.search(r"[名音者是故之、\s]", name):
             self.variants.append(name)
 
@@ -745,6 +746,7 @@ def find_entries(title: str, text: str) -> list[Entry]:
         ends = [g[0][0] for g in groups[1:]] + [len(text)]
         e = parse_entry(name, "\n".join(p for _, p in groups[0]), nature, aliases)
         if e is not None:
+            e.title_names = [a for a in e.title_names if title_pair_ok(title, a, text)]  # 童便（秋石）: a second item, not a name
             e.span = (0, ends[0])
             out = [e]
             for g, end in zip(groups[1:], ends[1:]):
@@ -817,14 +819,26 @@ def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: S
     return dict(counts)
 
 
-def title_names(b: DocumentBuilder, title: str, names: SubstanceNames) -> dict[str, int]:
+def title_pair_ok(title: str, modern: str, text: str) -> bool:
+    """Is the title's parenthesised name another name of the entry, not a second item the section also treats
+    (童便（秋石）: "秋石，人童便而煎熬…"), a name the text denies (土余瓜（龙蛋草）: "非真龙蛋草也"), or a note inside the
+    name (鹈鹕（即淘鹅）油: the bird, not its oil)?"""
+    bare = _TITLE_NATURE.sub("", title).strip()
+    if not re.search(r"（[^（）]*）$", bare) or modern.startswith("即"):
+        return False
+    if re.search(rf"(?:^|[。；\n）])\s*(?:（[一二三四五六七八九十]+）)?{re.escape(modern)}[，∶:]", text):
+        return False
+    return not re.search(rf"非真?{re.escape(modern)}", text)
+
+
+def title_names(b: DocumentBuilder, title: str, names: SubstanceNames, text: str = "") -> dict[str, int]:
     """A section titled as a substance with its modern name (薯蓣（山药）, 栝蒌（瓜蒌）) whose text gave no
     entry: the pair is still the book's statement that the two names are one thing. The title's name
     becomes an alias (kind ``book_variant``) of the curated substance the modern name names; when
     neither name is known, an entity named by the title carries the modern name as its alias (the
     section is its entry, found by its heading). Nothing when the title's name is another substance."""
     cleaned = clean_title(title)
-    if cleaned is None or len(cleaned[1]) != 1 or len(cleaned[0]) < 2:
+    if cleaned is None or len(cleaned[1]) != 1 or len(cleaned[0]) < 2 or not title_pair_ok(title, cleaned[1][0], text):
         return {}
     name, (modern,), _ = cleaned
     canon = names.canonical_of(name, [modern])
@@ -868,8 +882,8 @@ def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[s
         stats["entries"] += 1
         stats.update(add_entry(b, e, where, names, variants=variants))
     if variants:  # sections titled 薯蓣（山药） whose text gave no entry
-        for i, (title, _text, snips) in enumerate(sections):
+        for i, (title, text, snips) in enumerate(sections):
             if snips and i not in with_entries:
-                stats.update(title_names(b, title, names))
+                stats.update(title_names(b, title, names, text))
     return stats
 
