@@ -49,7 +49,7 @@ from bencao.llm.base import LLMConfig
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.lexical import light_stem
 from bencao.retrieval.ingest.substances import BOOK_NAME_KINDS
-from bencao.retrieval.name_variants import variant_keys
+from bencao.retrieval.name_variants import PARTS, variant_keys
 from bencao.text import has_cjk, norm_key, tokenize
 
 #: Exact-match tiers and what a candidate of each tier is worth as confidence.
@@ -513,13 +513,20 @@ class EntityLinker:
             "SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
             "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?", (key,)).fetchall()
         via_exact = "exact"
-        if not exact and has_cjk(key):  # 栝楼 for 栝蒌: a variant writing of a classical name (bencao.retrieval.name_variants)
+        if not exact and has_cjk(key) and len(key) >= 2:
+            # 栝楼 for 栝蒌: a variant writing of a classical name (bencao.retrieval.name_variants); then the entry a
+            # book gives a part of it under its own name (栝楼 → 神农本草经's 栝蒌根), as a book's name of its own
+            sql = ("SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
+                   "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?")
             for v in variant_keys(key):
-                exact = self.g.conn.execute(
-                    "SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
-                    "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?", (v,)).fetchall()
+                exact = self.g.conn.execute(sql, (v,)).fetchall()
                 if exact:
                     via_exact = "variant writing"
+                    break
+            for v in ([] if exact else [key, *variant_keys(key)]):
+                exact = [r for p in PARTS for r in self.g.conn.execute(sql + " AND a.kind='name' AND e.type='substance'", (v + p,))]
+                if exact:
+                    via_exact = "the entry of a part"
                     break
         for eid, kind, alias, title, layer in exact:
             c = add(eid, 0 if kind == "name" and via_exact == "exact" else 1, via_exact)
@@ -751,7 +758,8 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
     m = best.get("matched")
     if top_tier <= 1 and m and (m["kind"] != "name" or m["via"] != "exact"):  # which alias matched, and whose it is
         said = f"{m['alias']!r} ({m['kind']}, {m['document']})"
-        reason = reason.replace(TIER_NAMES[top_tier], f"{m['via']} of {said}" if m["via"] != "exact" else f"{TIER_NAMES[top_tier]} {said}", 1)
+        how = {"exact": f"{TIER_NAMES[top_tier]} {said}", "the entry of a part": f"the entry of a part of it: {said}"}.get(m["via"], f"{m['via']} of {said}")
+        reason = reason.replace(TIER_NAMES[top_tier], how, 1)
     rivals = len([c for c in group if c is not best])
     if rivals:
         reason += f"; {rivals} other candidate(s) of the same tier, chosen by cosine, exact spelling, number of names and fused rank"

@@ -10,7 +10,8 @@ invents a name. The table is short and every group is attested by the corpus its
 - 蓣/预/豫 and 薯/署 — 神农本草经's entry 署豫 "（旧作薯蓣，《御览》作署豫）"; 本草纲目's 薯蓣 【释名】 "薯蓣 (音诸预)";
 - 栝/括 — 括蒌 beside 栝蒌 (本草经集注, 本草蒙筌).
 
-A linked variant is reported as such (``variant writing 栝蒌``) in the link's rationale.
+A linked variant is reported as such ("variant writing of '栝蒌'") in the link's rationale; a name that
+names nothing, in any writing, may name a part's entry (栝楼 → 栝蒌根, ":data:`PARTS`").
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from bencao.text import norm_key
 #: Groups of characters a classical drug name is written with interchangeably (see the module docstring).
 VARIANT_GROUPS: tuple[str, ...] = ("蒌楼", "蓣预豫", "薯署", "栝括")
 _OF = {ch: group for group in VARIANT_GROUPS for ch in group}
+#: Characters that name a part of a drug after its name: 栝蒌根, 枸杞叶, 莲子, 桃仁 (a name that names nothing may
+#: still name a part's entry: 栝楼 → 栝蒌根).
+PARTS = "根实子仁皮叶花茎苗汁肉核心"
 #: Most variant keys tried for one mention (a name of many variant characters).
 MAX_KEYS = 16
 

@@ -30,7 +30,8 @@ from bencao.serving.attribution import ATTRIBUTE_RELATIONS, by_source_lines, con
 from bencao.serving.question_shape import CONDITION_TYPES, condition_text, is_yes_no, names_match
 from bencao.serving.screening import addressed_to_reader
 from bencao.retrieval.index.lexical import analyze
-from bencao.retrieval.search.entries import PARTS, entry_heading, heading_keys
+from bencao.retrieval.name_variants import PARTS, variant_keys
+from bencao.retrieval.search.entries import entry_heading, heading_keys
 from bencao.text import has_cjk, lang_of, norm_key, split_sentences
 
 _NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
@@ -343,8 +344,12 @@ class GraphAnswerer:
             return None
         if m.get("via") in (None, "exact") and not has_cjk(e.mention):
             return None  # "lemon" for FoodOn's "lemon (whole, raw)": its own synonym, nothing to explain
-        variant = m.get("via") not in (None, "exact")
+        via = m.get("via") or "exact"
         doc = title_cite(m.get("document") or "")
+        if via == "the entry of a part":  # 栝楼 → 神农本草经's 栝蒌根
+            return (f"{e.mention}：见{e.name}（书中以其部位立条{'，见' + doc if doc else ''}）" if lang == "zh"
+                    else f"{e.mention}: see {e.name} (the entry of a part of it{', in ' + doc if doc else ''})")
+        variant = via != "exact"
         if lang == "zh":
             return f"{e.mention}：即{e.name}（{'异写' if variant else '别名'}{'，见' + doc if doc else ''}）"
         return f"{e.mention}: {e.name} ({'a variant writing' if variant else 'another name'}{', in ' + doc if doc else ''})"
@@ -397,7 +402,8 @@ class GraphAnswerer:
             if addressed_to_reader(s.text):
                 continue  # a passage that addresses the reader or the answerer is data, never an answer line (nor any sentence of it)
             heads = heading_keys(s.path[-1]) if s.path else []
-            own = any(h == n or (len(h) == len(n) + 1 and h.startswith(n) and h[-1] in PARTS) for h in heads for n in names if n)
+            spelt = [k for n in names if n for k in (n, *variant_keys(n))]  # 栝楼's entry is headed 栝蒌（瓜蒌）
+            own = any(h == n or (len(h) == len(n) + 1 and h.startswith(n) and h[-1] in PARTS) for h in heads for n in spelt)
             heading = entry_heading(s.path[-1]) if own else ""
             for sent in split_sentences(s.text):
                 key = norm_key(sent)

@@ -61,9 +61,10 @@ class BookOptions:
                                                              "list (flavour_nature, toxicity, meridian, treats, effect, alias, "
                                                              "formula_composition, formula_treats).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
-    name_variants: bool = field(True, help="With the materia-medica extractor: other names as aliases of kind book_variant (旧作X notes, "
-                                           "又名/别名/俗名 X, a title's modern name: 薯蓣（山药）), a title's modern name that names a "
-                                           "curated substance makes the entry that substance (judged precision: docs/aliases.md).")
+    name_variants: str = field("default", help="With the materia-medica extractor, other names as aliases of kind book_variant "
+                                                "(docs/aliases.md): default = the editor's 旧作X notes and a title's modern name that "
+                                                "names a curated substance (鸡头子（芡实）: the entry is 芡实); all = also 亦名/别名/"
+                                                "俗名/俗呼 X and every title's modern name (judged 78 % right, below the bar); off.")
 
 
 def parse_options(options: dict[str, Any]) -> BookOptions:
@@ -84,9 +85,11 @@ def parse_options(options: dict[str, Any]) -> BookOptions:
     if options.get("encoding"):
         opts.encoding = str(options["encoding"])
     if "name_variants" in options:
-        if not isinstance(options["name_variants"], bool):
-            raise BencaoError(f"option name_variants={options['name_variants']!r}: expected true or false")
-        opts.name_variants = options["name_variants"]
+        v = options["name_variants"]
+        v = {True: "default", False: "off"}.get(v, v) if isinstance(v, bool) else v
+        if v not in ("off", "default", "all"):
+            raise BencaoError(f"option name_variants={options['name_variants']!r}: expected default, all or off (true = default, false = off)")
+        opts.name_variants = v
     return opts
 
 

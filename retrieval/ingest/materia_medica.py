@@ -23,13 +23,14 @@ header: 味/性/气 clauses, a bare 甘苦微温, 有毒/无毒; or labelled 【
   解/破/散/逐/辟 is dropped: 除烦 → 烦); ``has_effect`` → effect: tonic phrases (益气, 安五脏, 清神),
   the 久服… clause, and the effect line that opens an entry (本草备要's 润肺，杀虫);
 - aliases from 一名X, 【释名】 and a modern name in the title (薯蓣（山药）), kind ``book_synonym``;
-- with ``variants`` (the books' ``name_variants`` option, on by default: 47 of 50 judged right, see
-  docs/aliases.md), other names of kind ``book_variant``: the editor's notes on how the name was
-  written (署豫 （旧作薯蓣，《御览》作署豫）: 薯蓣), 又名/亦名/别名/俗名/俗呼/俗称 X, and a title's modern
-  name that names a curated substance (鸡头子（芡实）): the entry *is* that substance, so its facts go to
-  芡实 and 鸡头子 becomes 芡实's alias; a section titled so that has no extractable entry
-  (薯蓣（山药）: 治头疼…) still gives the alias 薯蓣 → 山药 (or, when neither name is known, an entity
-  named by the title with the modern name as its alias: 栝蒌（瓜蒌）).
+- with the books' ``name_variants`` option, other names of kind ``book_variant`` (docs/aliases.md):
+  ``default`` — the editor's notes on how the name was written (署豫 （旧作薯蓣，《御览》作署豫）: 薯蓣) and a
+  title's modern name that names a curated substance (鸡头子（芡实）: the entry *is* the catalogue's 芡实, so
+  its facts go to 芡实 and 鸡头子 becomes 芡实's alias; a titled section with no extractable entry, 薯蓣（山药）,
+  still gives the alias 薯蓣 → 山药); ``all`` — also 亦名/别名/俗名/俗呼/俗称 X at the start of a clause and
+  every title pair (an entity named by the title when neither name is known: 栝蒌（瓜蒌）), judged below
+  the precision bar; ``off``. A title's parenthesis is no name when it is a note (一类而四名, 蝥牟二音),
+  when the section treats it as a second item (童便（秋石）: "秋石，人童便…") or denies it (非真龙蛋草).
 
 **Names stay apart.** An entry's name resolves to an existing substance only through that
 substance's name or curated aliases (catalogue variants, ontology synonyms), never through an alias
@@ -176,7 +177,8 @@ class Fact:
 class Entry:
     name: str
     aliases: list[str] = field(default_factory=list)
-    variants: list[str] = field(default_factory=list)  # other names of kind book_variant (旧作X, 俗名X, ...)
+    variants: list[str] = field(default_factory=list)  # how the name was written, per the editor's notes (旧作X): kind book_variant
+    marker_names: list[str] = field(default_factory=list)  # 亦名/别名/俗名/俗呼 X: kind book_variant with name_variants: all
     title_names: list[str] = field(default_factory=list)  # the modern name the title gives (薯蓣（山药）: 山药)
     facts: list[Fact] = field(default_factory=list)
     attributes: dict[str, list[str]] = field(default_factory=dict)
@@ -200,10 +202,11 @@ class Entry:
         if name and name != self.name and name not in self.aliases:
             self.aliases.append(name)
 
-    def variant(self, name: str) -> None:
+    def variant(self, name: str, marker: bool = False) -> None:
         name = repair_name(re.sub(r"(?<=..)也$", "", name))  # 俗呼为野生姜也 → 野生姜
-        if name and name != self.name and name not in self.aliases and name not in self.variants and not re.search(r"[名音者是故之、\s]", name):
-            self.variants.append(name)
+        into = self.marker_names if marker else self.variants
+        if name and name != self.name and name not in self.aliases and name not in into and not re.search(r"[名音者是故之、\s]", name):
+            into.append(name)
 
 
 def declare_relations(b: DocumentBuilder) -> None:
@@ -531,6 +534,8 @@ def _aliases_in(text: str, pattern: re.Pattern[str] = _ALIAS) -> list[str]:
     out = []
     for m in pattern.finditer(text):
         before = text[max(text.rfind("。", 0, m.start()) + 1, 0): m.start()]
+        if pattern is _MORE_NAMES and re.search(r"别有|又有|另有|一种", before):
+            continue  # 别有一种…亦名鸡肠菜: the name of the other kind the sentence introduces
         if not re.search(r"[即误勿似非如若与或]", before):
             out.append(m.group(1))
     return out
@@ -649,7 +654,7 @@ def _opening(entry: Entry, main: str, title_nature: str | None) -> bool:
     for a in _aliases_in(main):
         entry.alias(a)
     for a in _aliases_in(main, _MORE_NAMES):
-        entry.variant(a)
+        entry.variant(a, marker=True)
     return True
 
 
@@ -785,7 +790,7 @@ def find_entries(title: str, text: str) -> list[Entry]:
 # --------------------------------------------------------------------------- builder
 
 
-def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: SubstanceNames, variants: bool = False) -> dict[str, int]:
+def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: SubstanceNames, variants: str = "off") -> dict[str, int]:
     """Write one entry: the substance entity, its aliases and attributes, and one triple per fact
     whose words are found in the entry's span (the snippet that holds them is its provenance).
 
@@ -799,9 +804,10 @@ def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: S
     if not located:
         return dict(counts)
     attrs: dict[str, list[str]] = {k: list(v) for k, v in entry.attributes.items()}
-    canon = names.canonical_of(entry.name, entry.title_names) if variants else None
+    canon = names.canonical_of(entry.name, entry.title_names, curated=variants != "all") if variants != "off" else None
     aliases, others = names.admit_aliases(entry.name, [a for a in entry.aliases if canon is None or a not in entry.title_names])
-    kept, more = names.admit_aliases(entry.name, entry.variants) if variants else ([], [])
+    mined = (entry.variants if variants != "off" else []) + (entry.marker_names if variants == "all" else [])
+    kept, more = names.admit_aliases(entry.name, mined) if mined else ([], [])
     if others or more:
         attrs["other_names"] = others + more
     pairs = [(a, ALIAS_KIND) for a in aliases] + [(a, VARIANT_KIND) for a in kept]
@@ -824,14 +830,14 @@ def title_pair_ok(title: str, modern: str, text: str) -> bool:
     (童便（秋石）: "秋石，人童便而煎熬…"), a name the text denies (土余瓜（龙蛋草）: "非真龙蛋草也"), or a note inside the
     name (鹈鹕（即淘鹅）油: the bird, not its oil)?"""
     bare = _TITLE_NATURE.sub("", title).strip()
-    if not re.search(r"（[^（）]*）$", bare) or modern.startswith("即"):
-        return False
+    if not re.search(r"（[^（）]*）$", bare) or modern.startswith("即") or re.search(r"[名类音门而之者部]", modern):
+        return False  # 附子乌头天雄侧子（一类而四名）, 盘蝥虫（蝥牟二音）, 药性（寒门）: notes, not names
     if re.search(rf"(?:^|[。；\n）])\s*(?:（[一二三四五六七八九十]+）)?{re.escape(modern)}[，∶:]", text):
         return False
     return not re.search(rf"非真?{re.escape(modern)}", text)
 
 
-def title_names(b: DocumentBuilder, title: str, names: SubstanceNames, text: str = "") -> dict[str, int]:
+def title_names(b: DocumentBuilder, title: str, names: SubstanceNames, text: str = "", mode: str = "all") -> dict[str, int]:
     """A section titled as a substance with its modern name (薯蓣（山药）, 栝蒌（瓜蒌）) whose text gave no
     entry: the pair is still the book's statement that the two names are one thing. The title's name
     becomes an alias (kind ``book_variant``) of the curated substance the modern name names; when
@@ -841,18 +847,18 @@ def title_names(b: DocumentBuilder, title: str, names: SubstanceNames, text: str
     if cleaned is None or len(cleaned[1]) != 1 or len(cleaned[0]) < 2 or not title_pair_ok(title, cleaned[1][0], text):
         return {}
     name, (modern,), _ = cleaned
-    canon = names.canonical_of(name, [modern])
+    canon = names.canonical_of(name, [modern], curated=mode != "all")
     if canon is not None:
         names.entity(b, canon[1], aliases=[(name, VARIANT_KIND)])
         return {"title_aliases": 1}
-    if names.resolve(name) is not None or names.resolve(modern) is not None or names.is_substance(modern):
+    if mode != "all" or names.resolve(name) is not None or names.resolve(modern) is not None or names.is_substance(modern):
         return {}
     names.entity(b, name, aliases=[(modern, VARIANT_KIND)])
     return {"title_entities": 1}
 
 
 def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[str, str]]]], names: SubstanceNames,
-                 relations: Iterable[str] | None = None, variants: bool = False) -> Counter[str]:
+                 relations: Iterable[str] | None = None, variants: str = "off") -> Counter[str]:
     """Find the entries of every section (title, text, snippets) of one book and add them.
 
     Two passes: every entry of the book is found first, so an 一名 that names another entry of the
@@ -881,9 +887,9 @@ def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[s
             continue
         stats["entries"] += 1
         stats.update(add_entry(b, e, where, names, variants=variants))
-    if variants:  # sections titled 薯蓣（山药） whose text gave no entry
+    if variants != "off":  # sections titled 薯蓣（山药） whose text gave no entry
         for i, (title, text, snips) in enumerate(sections):
             if snips and i not in with_entries:
-                stats.update(title_names(b, title, names, text))
+                stats.update(title_names(b, title, names, text, variants))
     return stats
 

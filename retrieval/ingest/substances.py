@@ -86,15 +86,16 @@ class SubstanceNames:
         self.local[norm_key(name)] = eid
         return eid
 
-    def canonical_of(self, name: str, modern: Iterable[str]) -> tuple[str, str] | None:
-        """(id, name) of the curated substance a title's modern name names (鸡头子（芡实） → 芡实), when the entry's
-        own name is not another substance; else None."""
+    def canonical_of(self, name: str, modern: Iterable[str], curated: bool = True) -> tuple[str, str] | None:
+        """(id, name) of the substance a title's modern name names (鸡头子（芡实） → the catalogue's 芡实), when the
+        entry's own name is not another substance; else None. ``curated``: only a catalogue's or an ontology's
+        substance (not a book layer entry of an earlier book, as 荆芥（假苏） → 神农本草经's 假苏 would be)."""
         own = self.resolve(name)
         for m in modern:
             eid = self.resolve(m)
             if eid is not None and (own is None or own == eid) and norm_key(m) not in self.local:
                 ent = self.graph.get_entity(eid)
-                if ent is not None and ent.get("type") == self.type:
+                if ent is not None and ent.get("type") == self.type and (not curated or ent.get("layer") != "book"):
                     return eid, ent["name"]
         return None
 

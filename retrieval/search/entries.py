@@ -17,10 +17,9 @@ from typing import Iterable
 
 from bencao.retrieval.evidence import SnippetHit
 from bencao.retrieval.graph.store import Graph
+from bencao.retrieval.name_variants import PARTS, variant_keys
 from bencao.text import norm_key
 
-#: Characters that name a part of a drug after its name: 栝蒌根, 枸杞叶, 莲子, 桃仁.
-PARTS = "根实子仁皮叶花茎苗汁肉核心"
 _NOTES = re.compile(r"（[^（）]*）|\([^()]*\)|〈[^〉]*〉|〔[^〕]*〕|[【】\s]")
 _INNER = re.compile(r"（([\u4e00-\u9fff]{2,8})）")
 
@@ -64,7 +63,8 @@ def entry_snippets(g: Graph, names: Iterable[str], *, per_name: int = 2, score: 
     for name in dict.fromkeys(norm_key(n) for n in names if n):
         if len(name) < 2:
             continue
-        sections = list(headings.get(name, [])) + [s for p in PARTS for s in headings.get(name + p, [])]
+        keys = [name, *variant_keys(name)]  # 栝楼 → 栝蒌（瓜蒌）
+        sections = [s for k in keys for s in headings.get(k, [])] + [s for k in keys for p in PARTS for s in headings.get(k + p, [])]
         taken = 0
         for sid in sections:
             for row in g.snippets_of_section(sid)[:1]:

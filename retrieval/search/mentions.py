@@ -13,7 +13,7 @@ import threading
 
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.lexical import light_stem
-from bencao.retrieval.name_variants import variant_keys
+from bencao.retrieval.name_variants import PARTS, variant_keys
 from bencao.text import add_words, has_cjk, norm_key, tokenize
 
 _TAUGHT: set[tuple] = set()
@@ -54,7 +54,8 @@ def extract_mentions(g: Graph, text: str, base_keys: dict | set, *, max_ngram: i
                 continue
             spans.append((i, i + size, s))
     keys = list({norm_key(s) for _, _, s in spans})
-    variants = {k: variant_keys(k) for k in keys if has_cjk(k) and len(k) >= 2}  # 栝楼 for the graph's 栝蒌
+    # 栝楼 for the graph's 栝蒌 (a variant writing), or for 栝蒌根 (the entry of a part: the linker's last resort too)
+    variants = {k: [*variant_keys(k), *(v + p for v in (k, *variant_keys(k)) for p in PARTS)] for k in keys if has_cjk(k) and len(k) >= 2}
     keys += [v for vs in variants.values() for v in vs]
     found: set[str] = set()
     for j in range(0, len(keys), 400):

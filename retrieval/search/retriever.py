@@ -273,7 +273,7 @@ class Retriever:
                     triples[t.id] = t
             merge_snippets(sn)
             if m.entry_snippets > 0:  # the entries the books head with the asked entities' names (their own passages)
-                asked = [e.name or "" for e in ev.entities if "question" in e.roles and "path" not in e.roles]
+                asked = [x for e in ev.entities if "question" in e.roles and "path" not in e.roles for x in (e.name, e.mention) if x]
                 merge_snippets(entry_snippets(self.g, asked, per_name=m.entry_snippets, score=1.0 / (60 + 1)))
         # the question's BM25 and dense snippet lists, searched once for macro retrieval and the reranker
         searched = first_stage(self.ix, question, max(cfg.macro.k_each, cfg.rerank.candidates if cfg.rerank.model else 0)) \
