@@ -65,6 +65,11 @@ def score(path: Path) -> None:
     lo, hi = wilson(k, len(judged))
     print(f"| judged | right | precision | 95 % interval |\n|---:|---:|---:|---|\n| {len(judged)} | {k} | {k / max(1, len(judged)):.1%} | "
           f"[{lo:.1%}, {hi:.1%}] |")
+    if judged and "default" in judged[0]:  # a census: the shipped setting's share too
+        mine = [r for r in judged if r["default"].strip() == "1"]
+        k2 = sum(r["verdict"].strip() == "1" for r in mine)
+        lo2, hi2 = wilson(k2, len(mine))
+        print(f"| name_variants: default | {len(mine)} | {k2} | {k2 / max(1, len(mine)):.1%} | [{lo2:.1%}, {hi2:.1%}] |")
     for r in judged:
         if r["verdict"].strip() == "0":
             print(f"- wrong: {r['alias']} → {r['entity']} ({r['book']}): {r['reason']}")

@@ -509,9 +509,10 @@ class EntityLinker:
                     c["via"].append(via)
             return c
 
+        # each alias row with its document, the earliest document first (the one said to give the name)
         exact = self.g.conn.execute(
             "SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
-            "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?", (key,)).fetchall()
+            "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=? ORDER BY d.rowid", (key,)).fetchall()
         via_exact = "exact"
         if not exact and has_cjk(key) and len(key) >= 2:
             # 栝楼 for 栝蒌: a variant writing of a classical name (bencao.retrieval.name_variants); then the entry a
@@ -519,12 +520,12 @@ class EntityLinker:
             sql = ("SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
                    "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?")
             for v in variant_keys(key):
-                exact = self.g.conn.execute(sql, (v,)).fetchall()
+                exact = self.g.conn.execute(sql + " ORDER BY d.rowid", (v,)).fetchall()
                 if exact:
                     via_exact = "variant writing"
                     break
             for v in ([] if exact else [key, *variant_keys(key)]):
-                exact = [r for p in PARTS for r in self.g.conn.execute(sql + " AND a.kind='name' AND e.type='substance'", (v + p,))]
+                exact = [r for p in PARTS for r in self.g.conn.execute(sql + " AND a.kind='name' AND e.type='substance' ORDER BY d.rowid", (v + p,))]
                 if exact:
                     via_exact = "the entry of a part"
                     break
