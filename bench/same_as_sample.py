@@ -32,7 +32,6 @@ def _ent(conn: sqlite3.Connection, eid: str) -> list[str]:
 
 
 def sample(graph: Path, n_links: int, n_apart: int, seed: int) -> None:
-    from bencao.retrieval.graph.store import Graph
     from bencao.retrieval.graph.same_as import KIND
 
     conn = sqlite3.connect(graph / "graph.sqlite")
@@ -40,7 +39,6 @@ def sample(graph: Path, n_links: int, n_apart: int, seed: int) -> None:
     links = conn.execute("SELECT l.src_id, l.dst_id, s.name FROM links l JOIN entities s ON s.id = l.src_id WHERE l.kind=? ORDER BY 1, 2",
                          (KIND,)).fetchall()
     links = rng.sample(links, min(n_links, len(links)))
-    g = Graph.open(graph, read_only=True)
     linked = {(a, b) for a, b, _ in conn.execute("SELECT src_id, dst_id, 1 FROM links WHERE kind=?", (KIND,))}
     linked |= {(b, a) for a, b in linked}
     apart = []
@@ -51,7 +49,6 @@ def sample(graph: Path, n_links: int, n_apart: int, seed: int) -> None:
         pairs = [(a, b) for i, a in enumerate(ents) for b in ents[i + 1:] if types[a] != types[b] and (a, b) not in linked]
         if pairs:
             apart.append((norm, rng.choice(pairs)))
-    g.close()
     apart = rng.sample(apart, min(n_apart, len(apart)))
     w = csv.writer(sys.stdout, delimiter="\t", lineterminator="\n")
     print(f"# {graph}: {len(links)} same_as links and {len(apart)} names kept apart (seed {seed}); verdict 1 = right "
