@@ -60,7 +60,7 @@ ASPECTS = {"zh": {"has_flavour": "性味", "has_nature": "性味", "treats": "�
 FORMULA_QUESTIONS = {"zh": ("由{parts}组成的是{noun}？", "{h}由哪些材料组成？"), "en": ("Which {noun} is made of {parts}?", "What is {h} made of?")}
 DEFINITION_QUESTION = {"zh": "哪一种是：{x}", "en": "Which term is described as follows: {x}"}
 MASK = {"zh": "此物", "en": "this"}
-ALIAS_KINDS = ("synonym", "book_synonym", "variant", "label_name", "traditional")  # book_synonym: a book's 一名 (retrieval.ingest.substances)
+ALIAS_KINDS = ("synonym", "book_synonym", "book_variant", "variant", "label_name", "traditional")  # book_*: a book's 一名, 旧作 … (retrieval.ingest.substances)
 #: Vignette frames: an opening holding the symptoms, then the ask by the head's kind (the shapes of exam vignettes).
 VIGNETTE_OPENINGS = ("症见{s}。", "患者{s}。", "{s}。", "病人{s}，", "证见{s}，")
 VIGNETTE_ASKS = {"formula": ("主方为（  ）。", "治疗应首选的方剂是（  ）。", "宜用何方？", "当选用哪个方剂？", "治宜选用（  ）。"),

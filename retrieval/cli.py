@@ -175,6 +175,8 @@ def integrate_cmd(
 ) -> None:
     """Merge entities across sources (iDISK 2.0): shared CUI/xref ids (a CUI matches in any spelling),
     same-as statements (exact_match, same_as, ...), whatever the types; or the same normalised name within a type.
+    Then entities of different types that share a name and are both substances (FoodOn's, UBERON's and iDISK's
+    honey) are linked same_as with the evidence; other homonyms stay apart, counted before and after.
 
     Entities whose every name is noise ('8', '%', 'X') are quarantined: out of the graph, journalled,
     listed by `--quarantined`. Every source id stays an alias of the merged entity and every row keeps

@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from bencao.text import count_tokens
+from bencao.text import count_tokens, has_cjk
 
 #: Document kinds whose text a teacher model wrote (not a source book): cited as generated.
 GENERATED_KINDS = frozenset({"reasoning"})
@@ -66,9 +66,12 @@ class LinkedEntity:
     description: str | None = None
     attributes: dict[str, Any] = field(default_factory=dict)
     link: dict[str, Any] | None = None  # selector/scorer rationales, synonyms tried, first-pass choice
+    # attribute → [{"value", "sources": [document titles]}] for the attributes sources disagree on by design
+    # (nature, flavour, toxicity, ...): who says what (``attributes`` holds the values merged, without sources)
+    attribution: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return _drop_empty(dataclasses.asdict(self), ("link",))
+        return _drop_empty(dataclasses.asdict(self), ("link", "attribution"))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "LinkedEntity":
@@ -92,7 +95,7 @@ class TripleHit:
     via: list[str] = field(default_factory=list)  # micro | asked | anchored | path | personal
     snippet_ids: list[str] = field(default_factory=list)
     attributes: dict[str, Any] = field(default_factory=dict)
-    sources: list[str] = field(default_factory=list)  # titles of the documents asserting it, for a fact no passage holds
+    sources: list[str] = field(default_factory=list)  # titles of the documents asserting it, in the order they were added
 
     @classmethod
     def from_row(cls, row: dict[str, Any], *, score: float = 0.0, via: list[str] | None = None) -> "TripleHit":
@@ -187,6 +190,54 @@ class SnippetHit:
 
 
 _CASE_KEYS = ("case_id", "classification", "explanations", "patient_match")
+
+#: Entity attributes whose values are given per source (the books disagree on them by design).
+SOURCED_ATTRIBUTES = ("nature", "flavour", "toxicity", "meridian", "dose", "dosage", "contraindications")
+
+
+def title_cite(title: str) -> str:
+    """A document title as cited in text: 《神农本草经》 for a Chinese title, the title itself otherwise."""
+    return f"《{title}》" if has_cjk(title) else title
+
+
+def attribute_sources(rows: list[tuple[str, dict[str, Any]]], keys: tuple[str, ...] = SOURCED_ATTRIBUTES) -> dict[str, list[dict[str, Any]]]:
+    """``(document title, attributes it gives)`` rows (``Graph.entity_sources_of``) → attribute →
+    ``[{"value", "sources"}]``, values in the order first given, sources in document order."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for title, attrs in rows:
+        for key in keys:
+            vals = attrs.get(key)
+            for v in (vals if isinstance(vals, list) else [vals] if vals not in (None, "") else []):
+                items = out.setdefault(key, [])
+                item = next((x for x in items if x["value"] == v), None)
+                if item is None:
+                    items.append({"value": v, "sources": [title]})
+                elif title not in item["sources"]:
+                    item["sources"].append(title)
+    return out
+
+
+def attributed_values(e: LinkedEntity) -> dict[str, str]:
+    """Each of ``e``'s attributes as a line, sourced ones with the documents that give each value:
+    ``{"nature": "平 (《神农本草经》); 热 (《千金食治》)", "mfh_id": "MFH037"}`` (the generator's entity lines)."""
+    out: dict[str, str] = {}
+    for k, v in e.attributes.items():
+        if v in (None, "", [], {}):
+            continue
+        given = e.attribution.get(k)
+        if given:
+            out[k] = "; ".join(f"{x['value']} ({'、'.join(title_cite(t) for t in x['sources'])})" for x in given)
+        else:
+            out[k] = _fmt_value(v)
+    return out
+
+
+def _fmt_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "、".join(_fmt_value(v) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {_fmt_value(v)}" for k, v in value.items())
+    return str(value)
 
 
 @dataclass

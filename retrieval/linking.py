@@ -48,7 +48,9 @@ from bencao.errors import BencaoError
 from bencao.llm.base import LLMConfig
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.lexical import light_stem
-from bencao.text import norm_key, tokenize
+from bencao.retrieval.ingest.substances import BOOK_NAME_KINDS
+from bencao.retrieval.name_variants import PARTS, variant_keys
+from bencao.text import has_cjk, norm_key, tokenize
 
 #: Exact-match tiers and what a candidate of each tier is worth as confidence.
 TIER_NAMES = {0: "exact label", 1: "exact synonym", 2: "normalised name", 3: "name without its qualifier", 4: "covers all tokens", 5: "similar"}
@@ -507,10 +509,36 @@ class EntityLinker:
                     c["via"].append(via)
             return c
 
-        for eid, kind, alias in self.g.conn.execute("SELECT entity_id, kind, alias FROM aliases WHERE norm=?", (key,)):
-            c = add(eid, 0 if kind == "name" else 1, "exact")
+        # each alias row with its document, the earliest document first (the one said to give the name)
+        exact = self.g.conn.execute(
+            "SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
+            "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=? ORDER BY d.rowid", (key,)).fetchall()
+        via_exact = "exact"
+        if not exact and has_cjk(key) and len(key) >= 2:
+            # 栝楼 for 栝蒌: a variant writing of a classical name (bencao.retrieval.name_variants); then the entry a
+            # book gives a part of it under its own name (栝楼 → 神农本草经's 栝蒌根), as a book's name of its own
+            sql = ("SELECT a.entity_id, a.kind, a.alias, COALESCE(NULLIF(d.title, ''), d.source), e.layer FROM aliases a "
+                   "JOIN documents d ON d.id = a.document_id JOIN entities e ON e.id = a.entity_id WHERE a.norm=?")
+            for v in variant_keys(key):
+                exact = self.g.conn.execute(sql + " ORDER BY d.rowid", (v,)).fetchall()
+                if exact:
+                    via_exact = "variant writing"
+                    break
+            for v in ([] if exact else [key, *variant_keys(key)]):
+                exact = [r for p in PARTS for r in self.g.conn.execute(sql + " AND a.kind='name' AND e.type='substance' ORDER BY d.rowid", (v + p,))]
+                if exact:
+                    via_exact = "the entry of a part"
+                    break
+        for eid, kind, alias, title, layer in exact:
+            c = add(eid, 0 if kind == "name" and via_exact == "exact" else 1, via_exact)
             if alias.strip() == mention:  # spelt as written, case included: 'cheddar cheese' vs 'Cheddar cheese'
                 c["verbatim"] = True
+            # the canonical entity first: a curated name or alias (0) before a book's name for a curated entity (1)
+            # before a book's own entry known by that name (2); the alias that matched is said in the rationale
+            rank = 0 if kind not in BOOK_NAME_KINDS else 2 if layer == "book" else 1
+            if rank < c.get("book_rank", 3):
+                c["book_rank"] = rank
+                c["matched"] = {"alias": alias, "kind": kind, "document": title, "via": via_exact}
         if m_toks:
             for eid in self.tables.base.get(" ".join(m_toks), ()):
                 add(eid, 2, "normalised")["label"] = " ".join(m_toks) in self.tables.label_keys(eid)
@@ -618,7 +646,7 @@ class EntityLinker:
             # tier; fewer extra words; closer to the mention by dense cosine (2 decimals: exact ties stay
             # ties); a name spelt exactly as the mention (case included); the better-established concept
             # (more names); fused rank.
-            return (c["obsolete"], c["tier"], c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
+            return (c["obsolete"], c["tier"], c.get("book_rank", 0), c["extra_tokens"] or 0 if c["tier"] == 4 else 0,
                     -round(c.get("group_dense", c["dense"]), 2) if c.get("group_dense", c["dense"]) is not None else 0.0,
                     -(c.get("context") or 0.0), not c.get("verbatim"),
                     -self.tables.n_names(c["id"]), -c["rrf"], c["id"])
@@ -682,6 +710,8 @@ class EntityLinker:
         name = (self.tables.names_of(c["id"]) or [None])[0]
         out = {"id": c["id"], "label": name, "tier": TIER_NAMES[c["tier"]], "via": c["via"], "lexical": c["lexical"],
                "dense": c["dense"], "rrf": round(c["rrf"], 5)}
+        if c.get("matched"):
+            out["matched"] = c["matched"]  # the alias the mention matched: {alias, kind, document, via}
         if "context" in c:
             out["context"] = c["context"]  # cosine to "mention — context"
         return out
@@ -721,7 +751,16 @@ def select_rules(linker: EntityLinker, mention: str, cands: list[dict[str, Any]]
         if specific and len(specific) < len(group):
             reason += f"; most specific of {len(group)} along is_a"
             group = specific
+    if top_tier <= 1 and len({c.get("book_rank", 0) for c in group}) > 1:  # a curated entity before a book's entry of that name
+        low = min(c.get("book_rank", 0) for c in group)
+        group = [c for c in group if c.get("book_rank", 0) == low]
+        reason += "; the canonical entity before a book's entry of that name"
     best = group[0]
+    m = best.get("matched")
+    if top_tier <= 1 and m and (m["kind"] != "name" or m["via"] != "exact"):  # which alias matched, and whose it is
+        said = f"{m['alias']!r} ({m['kind']}, {m['document']})"
+        how = {"exact": f"{TIER_NAMES[top_tier]} {said}", "the entry of a part": f"the entry of a part of it: {said}"}.get(m["via"], f"{m['via']} of {said}")
+        reason = reason.replace(TIER_NAMES[top_tier], how, 1)
     rivals = len([c for c in group if c is not best])
     if rivals:
         reason += f"; {rivals} other candidate(s) of the same tier, chosen by cosine, exact spelling, number of names and fused rank"

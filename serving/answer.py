@@ -120,38 +120,6 @@ def references(evidence: Evidence | None) -> list[dict[str, Any]]:
     return [{**r, "text": by_id[r["snippet_id"]].text} for r in evidence.references()]
 
 
-def _fmt_attr(value: Any) -> str:
-    if isinstance(value, list):
-        return "、".join(_fmt_attr(v) for v in value)
-    if isinstance(value, dict):
-        return "; ".join(f"{k}: {_fmt_attr(v)}" for k, v in value.items())
-    return str(value)
-
-
-def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> dict[str, list[str]]:
-    """The prompt's evidence lines by part: ``paths``, ``triples``, ``entities``, ``snippets``."""
-    if evidence is None:
-        return {"paths": [], "triples": [], "entities": [], "snippets": []}
-    paths = [f"P{i}. {p.text} (score {p.score:.3g})" for i, p in enumerate(evidence.paths[: cfg.max_paths], start=1)]
-    triples = [f"- ({t.head}, {t.relation}, {t.tail}) {t.confidence:.2f}" for t in evidence.triples[: cfg.max_triples]]
-    ents = []
-    for e in [e for e in evidence.entities if e.attributes or e.description][: cfg.max_entities]:
-        bits = [f"{k}: {_fmt_attr(v)}" for k, v in e.attributes.items() if v not in (None, "", [], {})]
-        if e.description:
-            bits.append(e.description[:300])
-        ents.append(f"- {e.name or e.id}" + (f" ({e.type})" if e.type else "") + ": " + "; ".join(bits))
-    snippets = []
-    gen = words(lang)["generated"]
-    for r in references(evidence)[: cfg.max_snippets]:
-        text = " ".join(str(r["text"]).split())
-        if len(text) > cfg.max_snippet_chars:
-            text = text[: cfg.max_snippet_chars] + "…"
-        snippets.append(f"[{r['n']}] {r['heading']}{' ' + gen if r['generated'] else ''}: {text}")
-    # the prompt fences evidence between <evidence> and </evidence>: a passage cannot close the fence early
-    return {k: [defuse_fence(line, "evidence") for line in v]
-            for k, v in (("paths", paths), ("triples", triples), ("entities", ents), ("snippets", snippets))}
-
-
 def prompt_language(query: Any, cfg: AnswerConfig) -> str:
     return cfg.language if cfg.language in _TEXT else query.language
 

@@ -94,35 +94,36 @@ def ask(
         typer.echo(json.dumps(a.to_dict(), ensure_ascii=False, indent=2))
         return
     from rich.console import Console
+    from rich.markup import escape as esc  # the graph's and the sources' text is never rich markup ([FoodOn], [question])
 
     con = Console(highlight=False, soft_wrap=True)
     ev = a.evidence
-    con.print(f"[bold]Q:[/bold] {question}")
-    con.print(f"[bold]A:[/bold] {a.answer}")
+    con.print(f"[bold]Q:[/bold] {esc(question)}")
+    con.print(f"[bold]A:[/bold] {esc(a.answer or '')}")
     scores = (a.prediction or {}).get("scores")
     if isinstance(scores, dict):
-        con.print("   scores: " + ", ".join(f"{k}={v:.3f}" for k, v in scores.items()))
+        con.print("   scores: " + esc(", ".join(f"{k}={v:.3f}" for k, v in scores.items())))
     if ev is None:
         return
     lang = query.language
     if ev.entities:
         con.print("\n[bold]Entities[/bold]")
         for e in ev.entities[:8]:
-            con.print(f"  {e.name} ({e.id}, {e.type}) conf={e.confidence:.2f} [{'/'.join(e.roles)}] — {e.rationale}")
+            con.print(esc(f"  {e.name} ({e.id}, {e.type}) conf={e.confidence:.2f} [{'/'.join(e.roles)}] — {e.rationale}"))
     if ev.paths:
         con.print("\n[bold]Paths[/bold] (PathScore = ∏confidence × mean PageRank)")
         for p in ev.paths[:5]:
-            con.print(f"  {p.score:.5f}  {pipeline.graph_answerer.path_text(p, lang)}  (∏c={p.confidence_product:.2f}, PR={p.pagerank:.4f}"
-                      f"{', planned' if p.planned_by == 'llm' else ''})")
+            con.print(esc(f"  {p.score:.5f}  {pipeline.graph_answerer.path_text(p, lang)}  (∏c={p.confidence_product:.2f}, PR={p.pagerank:.4f}"
+                          f"{', planned' if p.planned_by == 'llm' else ''})"))
     if ev.triples:
         con.print("\n[bold]Triples[/bold]")
         for t in ev.triples[:8]:
-            con.print(f"  {pipeline.graph_answerer.fact(t, lang)}  (confidence {t.confidence:.2f}, {'/'.join(t.via)})")
+            con.print(esc(f"  {pipeline.graph_answerer.fact(t, lang)}  (confidence {t.confidence:.2f}, {'/'.join(t.via)})"))
     if ev.snippets:
         con.print("\n[bold]Snippets[/bold]")
         for r, s in zip(ev.references(), ev.snippets[:6]):
             text = s.text if len(s.text) <= 160 else s.text[:160] + "…"
-            con.print(f"  [{r['n']}] {path_heading(s.path)}{' (generated)' if s.generated else ''}\n      {text}")
+            con.print(esc(f"  [{r['n']}] {path_heading(s.path)}{' (generated)' if s.generated else ''}\n      {text}"))
     if ev.is_empty():
         con.print("(no evidence found in the graph)")
 

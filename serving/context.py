@@ -177,12 +177,12 @@ def _path_items(ev: Evidence, lim: Limits, lang: str) -> list[ContextItem]:
 
 
 def _entity_items(ev: Evidence, lim: Limits, lang: str) -> list[ContextItem]:
-    from bencao.serving.answer import _fmt_attr
+    from bencao.retrieval.evidence import attributed_values
 
     sep = "；" if lang == "zh" else "; "
     out = []
     for e in [e for e in ev.entities if e.attributes or e.description][: lim.entities]:
-        bits = [f"{k}: {_fmt_attr(v)}" for k, v in e.attributes.items() if v not in (None, "", [], {})]
+        bits = [f"{k}: {v}" for k, v in attributed_values(e).items()]  # sourced values name the documents that give them
         if e.description:
             bits.append(_cut(_clean(e.description), 200))
         out.append(ContextItem(0, "entity", f"{e.name or e.id}" + (f"（{e.type}）" if e.type and lang == "zh" else f" ({e.type})" if e.type else "")

@@ -25,8 +25,13 @@ from typing import Any
 from bencao.deadline import check_deadline
 from bencao.config import field
 from bencao.errors import BencaoError
-from bencao.retrieval.evidence import Evidence, PathHit, TripleHit, path_heading
+from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, TripleHit, path_heading, title_cite
+from bencao.serving.attribution import ATTRIBUTE_RELATIONS, by_source_lines, conflicts, explained, sourced
+from bencao.serving.question_shape import CONDITION_TYPES, condition_text, is_yes_no, names_match
+from bencao.serving.screening import addressed_to_reader
 from bencao.retrieval.index.lexical import analyze
+from bencao.retrieval.name_variants import PARTS, variant_keys
+from bencao.retrieval.search.entries import entry_heading, heading_keys
 from bencao.text import has_cjk, lang_of, norm_key, split_sentences
 
 _NEGATIONS_EN = {"not", "no", "never", "cannot", "without", "neither", "nor"}
@@ -58,6 +63,17 @@ DEFAULT_TEMPLATES: dict[str, dict[str, str]] = {
            "is_effective_for": "{h} is effective for {t}"},
 }
 
+#: Words by which a sentence speaks of a relation: a quoted sentence must hold one of the asked relations' cues (or
+#: the value of an asked fact). Chinese cues match anywhere (folded to simplified); English ones the start of a word.
+DEFAULT_RELATION_CUES: dict[str, list[str]] = {
+    "has_flavour": [*(f"味{c}" for c in "甘苦辛咸酸淡涩"), "气味", "flavo", "taste", "sweet", "bitter", "pungent", "salty", "sour"],
+    "has_nature": [*(f"{p}{c}" for p in "性气" for c in "寒热温凉平冷"), "nature", "warm", "cold", "cool", "hot", "neutral"],
+    "treats": ["主", "治", "疗", "疾", "病", "痛", "愈", "treat", "cure", "reliev", "heal", "remed"],
+    "has_effect": ["主", "补", "益", "安", "养", "功", "效", "利", "除", "止", "久服", "effect", "benefi", "help", "support", "tonif", "used"],
+    "toxicity": ["毒", "toxic", "poison"], "contraindications": ["忌", "禁", "勿", "不可", "不宜", "慎", "avoid", "contraindicat"],
+    "enters_meridian": ["归经", "经络", *(f"入{c}" for c in "手足心肝脾肺肾胃胆"), "meridian", "channel"], "has_ingredient": ["用", "配", "和", "ingredient", "contain", "made"],
+}
+
 #: Short relation labels for reasoning paths (``A —label→ B``).
 DEFAULT_LABELS: dict[str, dict[str, str]] = {
     "zh": {"has_flavour": "味", "has_nature": "性", "treats": "主治", "has_effect": "功效", "toxicity": "毒性", "has_ingredient": "配料",
@@ -67,8 +83,10 @@ DEFAULT_LABELS: dict[str, dict[str, str]] = {
 }
 
 _WORDS = {
-    "zh": {"not_in_kb": "知识库中没有找到与该问题相关的内容。", "confidence": "置信度", "sep": "：", "path": "推理路径"},
-    "en": {"not_in_kb": "The knowledge base has nothing on this question.", "confidence": "confidence", "sep": ": ", "path": "path"},
+    "zh": {"not_in_kb": "知识库中没有找到与该问题相关的内容。", "confidence": "置信度", "sep": "：", "path": "推理路径",
+           "related": "相关内容（并非对该问题的回答）：", "found": "知识库中的相关记载："},
+    "en": {"not_in_kb": "The knowledge base has nothing on this question.", "confidence": "confidence", "sep": ": ", "path": "path",
+           "related": "Related (not an answer to the question):", "found": "What the knowledge base says:"},
 }
 
 
@@ -97,6 +115,9 @@ class AnswererConfig:
                                                           help="Per language (zh, en): relation → sentence template with {h} and {t}.")
     relation_labels: dict[str, dict[str, str]] = field(default_factory=lambda: {k: dict(v) for k, v in DEFAULT_LABELS.items()},
                                                        help="Per language: relation → the short label shown in reasoning paths.")
+    relation_cues: dict[str, list[str]] = field(default_factory=lambda: {k: list(v) for k, v in DEFAULT_RELATION_CUES.items()},
+                                                help="Relation → words by which a sentence speaks of it: when the question asks for relations "
+                                                     "(intents), a quoted sentence must hold a cue of one of them or the value of an asked fact.")
     stopwords: list[str] = field(default_factory=list, help="Question words that never count as keywords (besides the retrieval "
                                                             "recipe's question.stopwords).")
     exception_rule: bool = field(True, help="Exception questions ('下列哪项不属于…', 'all of the following EXCEPT', recognised by "
@@ -124,18 +145,12 @@ class GraphAnswerer:
     def lang(self, question: str) -> str:
         return "zh" if lang_of(question) == "zh" else "en"
 
-    def fact(self, t: TripleHit, lang: str) -> str:
+    def fact(self, t: TripleHit, lang: str, subject: bool = True) -> str:
+        """One fact in words (``subject=False``: without its head, as in a source's line: 味甘, 性平)."""
         tmpl = self.cfg.relation_templates.get(lang, {}).get(t.relation)
+        if not subject:
+            return (tmpl.format(h="", t=t.tail) if tmpl else f"{t.relation} {t.tail}").strip(" ：:")
         return tmpl.format(h=t.head, t=t.tail) if tmpl else f"{t.head} —{t.relation}→ {t.tail}"
-
-    @staticmethod
-    def _cite(t: TripleHit, refs: dict[str, int]) -> str:
-        """`` [n]``: the evidence passage the fact was read from, when it is among the references; else, for a
-        fact no passage holds (an ontology's, a KB's), `` [title]`` of the document that asserts it."""
-        n = next((refs[sid] for sid in (t.snippet_ids or []) if sid in refs), None)
-        if n is not None:
-            return f" [{n}]"
-        return f" [{t.sources[0]}]" if t.sources else ""
 
     def path_text(self, p: PathHit, lang: str) -> str:
         labels = self.cfg.relation_labels.get(lang, {})
@@ -265,50 +280,215 @@ class GraphAnswerer:
         return {"items": items[:limit], "abstained": not items}
 
     def answer(self, question: str, ev: Evidence) -> dict[str, Any]:
-        """A short extractive answer with [n] citations, or "not in the knowledge base", in the question's language."""
+        """A short answer in the question's language, every line a fact with its sources and citation, or "not
+        in the knowledge base" (with what was found offered as related, marked as not an answer).
+
+        A yes/no question ("生姜能治疗消渴吗", "Does ginger help with nausea?") is answered only from a fact
+        that links the asked entity (or an entity linked to it as the same thing) to the asked condition: a
+        triple, a reasoning path the answer shows, or a sentence of the entity's own entry that names the
+        condition (:meth:`answer_yes_no`). Other questions list the facts of the relation asked first; an
+        attribute the sources disagree on (nature, flavour, toxicity) is given source by source. Sentences
+        are quoted only when they name the asked entity, share the question's words and do not address
+        the reader (:func:`~bencao.serving.screening.addressed_to_reader`)."""
         lang = self.lang(question)
         w = _WORDS[lang]
-        q_tokens = set(_content_tokens(question, self.stop))
         refs = {r["snippet_id"]: r["n"] for r in ev.references()}
-        asked = [e for e in ev.entities if "question" in e.roles or "disease" in e.roles]
+        groups = self.asked_groups(ev, question)
+        if groups and is_yes_no(question):
+            res = self.answer_yes_no(question, ev, groups, refs)
+            if res is not None:
+                return res
+        asked = [e for grp in groups for e in grp]
         names = [norm_key(x) for e in asked for x in (e.name, e.mention) if x]
-        scored: list[tuple[float, str]] = []
-        for s in ev.snippets:
-            if instruction_shaped(s.text):
-                continue  # a passage that addresses the reader or the answerer is data, never an answer line (nor any sentence of it)
-            for sent in split_sentences(s.text):
-                if names and not any(n in norm_key(sent) for n in names):
-                    continue  # quote only sentences about the entities asked for
-                st = set(analyze(sent))
-                cover = len(q_tokens & st) / len(q_tokens) if q_tokens else 0.0
-                if cover and len(norm_key(sent)) > max((len(n) for n in names), default=0) + 1:
-                    scored.append((cover + 0.01 * s.score, f"{sent} [{refs[s.id]}]"))
+        q_tokens = set(_content_tokens(self._as_named(question, groups), self.stop))
+        asked_rels = self.intent_relations(question)
+        cues = [c for r in asked_rels for c in self.cfg.relation_cues.get(r, [])]
+        cues += [t.tail for t in ev.triples if t.relation in asked_rels and len(t.tail) > 1]  # 甘 alone is in 甘草
+        scored = [(cover + 0.01 * score, f"{sent}{cite}") for cover, score, sent, cite in self._sentences(ev, q_tokens, names, refs, lang=lang)
+                  if not asked_rels or _holds_cue(sent, cues)]  # about the asked relation too, not only the asked entity
         support = max([c for c, _ in scored], default=0.0)
         path_lines = [self.path_text(p, lang) for p in ev.paths[:2] if p.connects]
         weak = support < max(self.cfg.min_support, self.cfg.answer_support) and not path_lines
         why = "no evidence" if ev.is_empty() else "nothing linked" if weak and not ev.entities else self.unrelated(question, ev, quoted=bool(scored)) if weak else None
         if why:
-            return {"answer": w["not_in_kb"], "abstained": True, "support": round(support, 4), "reason": why}
+            return self._abstain(question, ev, groups, refs, why, support)
         parts: list[str] = []
         if asked or ev.entities:
-            e = (asked or ev.entities)[0]
-            if e.description and not instruction_shaped(e.description):
+            grp = groups[0] if groups else [ev.entities[0]]
+            e = grp[0]
+            if e.description and not addressed_to_reader(e.description):
                 parts.append(f"{e.name}{w['sep']}{e.description}")
-            facts, n_asked = self.order_facts(question, ev, e.id)
+            facts, n_asked = self.order_facts(question, ev, {x.id for x in grp})
             shown = facts[: max(self.cfg.max_sentences, min(n_asked, self.cfg.max_intent_facts))]
-            lines = [(f"{self.fact(t, lang)}（{w['confidence']} {t.confidence:.2f}）" if lang == "zh"
-                      else f"{self.fact(t, lang)} ({w['confidence']} {t.confidence:.2f})") + self._cite(t, refs) for t in shown]
-            parts = lines[: min(n_asked, len(lines))] + parts + lines[min(n_asked, len(lines)):]  # the asked facts before the description
+            n_first = min(n_asked, len(shown))
+            subject = e.name or e.mention or ""
+            asked_lines = self.fact_lines(shown[:n_first], ev, refs, lang, subject=subject)
+            rest_lines = self.fact_lines(shown[n_first:], ev, refs, lang, subject=subject, all_facts=shown)
+            parts = asked_lines + parts + rest_lines  # the asked facts before the description
+            named = self.name_line(e, lang)
+            if named:
+                parts.insert(0, named)
         parts += path_lines
         parts += [t for _, t in sorted(scored, key=lambda x: -x[0])[: self.cfg.max_sentences]]
         if not parts:
-            parts = [self.fact(t, lang) + self._cite(t, refs) for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
+            parts = [self.fact(t, lang) + sourced(t, ev, refs).cite() for t in ev.triples[:3]] or [path_heading(s.path) for s in ev.snippets[:2]]
         return {"answer": "\n".join(dict.fromkeys(parts)), "abstained": False, "support": round(support, 4)}
+
+    # ------------------------------------------------------------------ pieces of an answer
+    @staticmethod
+    def name_line(e: LinkedEntity, lang: str) -> str | None:
+        """How a classical or variant name was read: "薯蓣：即山药（别名，见《食疗本草》）", or None when the question
+        used the entity's own name."""
+        m = (e.link or {}).get("matched") or {}
+        if not m or not e.mention or not e.name or norm_key(e.mention) == norm_key(e.name):
+            return None
+        if m.get("via") in (None, "exact") and not has_cjk(e.mention):
+            return None  # "lemon" for FoodOn's "lemon (whole, raw)": its own synonym, nothing to explain
+        via = m.get("via") or "exact"
+        doc = title_cite(m.get("document") or "")
+        if via == "the entry of a part":  # 栝楼 → 神农本草经's 栝蒌根
+            return (f"{e.mention}：见{e.name}（书中以其部位立条{'，见' + doc if doc else ''}）" if lang == "zh"
+                    else f"{e.mention}: see {e.name} (the entry of a part of it{', in ' + doc if doc else ''})")
+        variant = via != "exact"
+        if lang == "zh":
+            return f"{e.mention}：即{e.name}（{'异写' if variant else '别名'}{'，见' + doc if doc else ''}）"
+        return f"{e.mention}: {e.name} ({'a variant writing' if variant else 'another name'}{', in ' + doc if doc else ''})"
+
+    @staticmethod
+    def _as_named(question: str, groups: list[list[LinkedEntity]]) -> str:
+        """The question with each mention written as the entity it was linked to (栝楼 → 栝蒌, 薯蓣 → 山药), so a
+        passage in the graph's spelling shares its words."""
+        q = norm_key(question)
+        for grp in groups:
+            e = grp[0]
+            if e.mention and e.name and norm_key(e.mention) != norm_key(e.name):
+                q = q.replace(norm_key(e.mention), f" {norm_key(e.mention)} {norm_key(e.name)} ")
+        return q
+
+    def asked_groups(self, ev: Evidence, question: str = "") -> list[list[LinkedEntity]]:
+        """The things the question asks about, in question order: each the entity linked to one mention with
+        the entities linked to it as the same thing (same-as / cross-layer links share its mention)."""
+        asked = [e for e in ev.entities if "question" in e.roles or "disease" in e.roles]
+        q = norm_key(question)
+        groups: dict[str, list[LinkedEntity]] = {}
+        for e in asked:
+            key = norm_key(e.mention or e.name or e.id)
+            groups.setdefault(key, []).append(e)
+        for grp in groups.values():
+            grp.sort(key=lambda e: "layer-link" in e.via)  # the entity the mention was linked to first, its equivalents after
+        return sorted(groups.values(), key=lambda grp: (q.find(norm_key(grp[0].mention or "")) % (len(q) + 1) if q else 0))
+
+    def fact_lines(self, facts: list[TripleHit], ev: Evidence, refs: dict[str, int], lang: str, subject: str = "",
+                   all_facts: list[TripleHit] | None = None) -> list[str]:
+        """Each fact with its confidence explained by its sources (how many, how they agree) and its citation;
+        attribute facts the sources disagree on, source by source."""
+        pool = [sourced(t, ev, refs) for t in (all_facts or facts)]
+        mine = [sourced(t, ev, refs) for t in facts]
+        split = conflicts(mine)
+        out: list[str] = []
+        if split:
+            out += by_source_lines(subject, mine, split, lambda t: self.fact(t, lang, subject=False), lang)
+        out += [explained(self.fact(f.triple, lang), f, pool, lang) for f in mine if f.triple.relation not in split]
+        return out
+
+    def _sentences(self, ev: Evidence, q_tokens: set[str], names: list[str], refs: dict[str, int],
+                   condition: str | None = None, lang: str = "zh") -> list[tuple[float, float, str, str]]:
+        """(cover, passage score, sentence, citation) of the evidence sentences that may be quoted: they name an
+        asked entity (``names``) or sit in its own entry (a passage headed by its name or a part of it: 栝蒌根,
+        quoted after that heading), share the question's words (for a yes/no question: name its
+        ``condition``), and neither they nor their passage address the reader."""
+        out = []
+        for s in ev.snippets:
+            if addressed_to_reader(s.text):
+                continue  # a passage that addresses the reader or the answerer is data, never an answer line (nor any sentence of it)
+            heads = heading_keys(s.path[-1]) if s.path else []
+            spelt = [k for n in names if n for k in (n, *variant_keys(n))]  # 栝楼's entry is headed 栝蒌（瓜蒌）
+            own = any(h == n or (len(h) == len(n) + 1 and h.startswith(n) and h[-1] in PARTS) for h in heads for n in spelt)
+            heading = entry_heading(s.path[-1]) if own else ""
+            for sent in split_sentences(s.text):
+                key = norm_key(sent)
+                named = any(n in key for n in names)
+                if not (named or own):
+                    continue  # quote only sentences about the entities asked for
+                if condition is not None and not any(v in key for v in _condition_keys(condition)):
+                    continue
+                if addressed_to_reader(sent):
+                    continue
+                text = sent if named else f"{heading}{_WORDS[lang]['sep']}{sent.strip()}"  # 栝蒌根：味苦，寒。主消渴…
+                st = set(analyze(text))
+                cover = len(q_tokens & st) / len(q_tokens) if q_tokens else 0.0
+                if (cover or condition is not None) and len(key) > max((len(n) for n in names), default=0) + 1:
+                    out.append((cover, s.score, text, f" [{refs[s.id]}]"))
+        return out
+
+    def _abstain(self, question: str, ev: Evidence, groups: list[list[LinkedEntity]], refs: dict[str, int], why: str,
+                 support: float = 0.0) -> dict[str, Any]:
+        """"Not in the knowledge base", then what was found about the asked entity, marked as related only."""
+        lang = self.lang(question)
+        w = _WORDS[lang]
+        related: list[str] = []
+        if groups:
+            grp = groups[0]
+            facts, _ = self.order_facts(question, ev, {e.id for e in grp})
+            related = self.fact_lines(facts[: self.cfg.max_sentences], ev, refs, lang, subject=grp[0].name or "")
+        answer = w["not_in_kb"] + (f"\n{w['related']}\n" + "\n".join(related) if related else "")
+        return {"answer": answer, "abstained": True, "support": round(support, 4), "reason": why, "related": related}
+
+    def answer_yes_no(self, question: str, ev: Evidence, groups: list[list[LinkedEntity]], refs: dict[str, int]) -> dict[str, Any] | None:
+        """iDISK's rule for a yes/no question: the facts that link the subject to the asked condition, or "not in
+        the knowledge base" with the subject's facts offered as related. None when the question names no
+        condition (it is answered as an open question)."""
+        lang = self.lang(question)
+        w = _WORDS[lang]
+        # the subject is what the question names first ("Is honey a syrup?", "生姜能治疗消渴吗"), unless that is a disorder
+        # and something else is named too ("消渴能用生姜治吗")
+        first = groups[0][0].type or ""
+        subj_i = next((i for i, grp in enumerate(groups) if (grp[0].type or "") not in CONDITION_TYPES), 0) if first in CONDITION_TYPES else 0
+        subject = groups[subj_i]
+        ids = {e.id for e in subject}
+        mentions = [x for e in subject for x in (e.mention, e.name) if x]
+        # the food as bought is linked ("lemon (whole, raw)"); its parent named as the question names it ("lemon") is the same thing
+        said = {norm_key(e.mention) for e in subject if e.mention}
+        ids |= {t.tail_id for t in ev.triples if t.relation == "is_a" and t.head_id in ids and norm_key(t.tail) in said}
+        cond = condition_text(question, mentions, self.stop)
+        cond_ids = {e.id for i, grp in enumerate(groups) if i != subj_i for e in grp if norm_key(e.mention or "") in norm_key(question)}
+        asked_rels = set(self.intent_relations(question))
+        attr_asked = asked_rels & set(ATTRIBUTE_RELATIONS)
+        if not cond and not cond_ids and not attr_asked:
+            return None
+
+        def names_it(eid: str, name: str) -> bool:
+            return eid in cond_ids or (bool(cond) and names_match(cond, name))
+
+        facts = []
+        for t in ev.triples:
+            if t.head_id in ids and (names_it(t.tail_id, t.tail) or t.relation in attr_asked):
+                facts.append(t)
+            elif t.tail_id in ids and names_it(t.head_id, t.head):
+                facts.append(t)
+        facts.sort(key=lambda t: (t.relation not in asked_rels, -float(t.confidence)))
+        paths = [p for p in ev.paths if len(p.entities) > 2 and (  # the path shown ends at the condition
+            (p.entities[0] in ids and names_it(p.entities[-1], p.names[-1])) or (p.entities[-1] in ids and names_it(p.entities[0], p.names[0])))]
+        q_tokens = set(_content_tokens(question, self.stop))
+        names = [norm_key(x) for x in mentions]
+        sentences = sorted(self._sentences(ev, q_tokens, names, refs, lang=lang, condition=cond or " ".join(
+            e.name or "" for grp in groups for e in grp if e.id in cond_ids)), key=lambda x: (-x[0], -x[1])) if (cond or cond_ids) else []
+        if not (facts or paths or sentences):
+            what = cond or "、".join(e.name or "" for grp in groups for e in grp if e.id in cond_ids)
+            return self._abstain(question, ev, [subject], refs, f"no fact links {subject[0].name or subject[0].mention} to {what!r}")
+        lines = [w["found"]]
+        named = self.name_line(subject[0], lang)
+        if named:
+            lines.append(named)
+        lines += self.fact_lines(facts[: self.cfg.max_intent_facts], ev, refs, lang, subject=subject[0].name or "")
+        lines += [self.path_text(p, lang) for p in paths[:2]]
+        lines += [f"{sent}{cite}" for _c, _s, sent, cite in sentences[: self.cfg.max_sentences]]
+        return {"answer": "\n".join(dict.fromkeys(lines)), "abstained": False, "support": 1.0 if facts or paths else 0.5}
 
     def unrelated(self, question: str, ev: Evidence, quoted: bool = False) -> str | None:
         """Why the evidence does not answer what was asked, or None: the question relates two or more entities
         ('Does durian lower blood pressure?') and nothing in the evidence relates them (no triple between
-        them, no passage naming two of them) while they lack facts of the relation asked; or it asks for a
+        them, no sentence naming two of them) while they lack facts of the relation asked; or it asks for a
         relation ('What does honey treat?') that none of its entities has a fact of and no passage about them
         shares a word with the question (``quoted``: some sentence does)."""
         qents = {e.id: e for e in ev.entities if "question" in e.roles}
@@ -325,10 +505,11 @@ class GraphAnswerer:
         ids = set(distinct)
         if any(t.head_id in ids and t.tail_id in ids for t in ev.triples):
             return None
-        for s in ev.snippets:
-            text = norm_key(s.text)
-            if sum(any(m and m in text for m in mentions[i]) for i in distinct) >= 2:
-                return None
+        for s in ev.snippets:  # a sentence naming two of them relates them; a passage merely holding both does not
+            for sent in split_sentences(s.text):
+                text = norm_key(sent)
+                if sum(any(m and m in text for m in mentions[i]) for i in distinct) >= 2:
+                    return None
         return "nothing in the evidence relates the entities asked about"
 
     def intent_relations(self, question: str) -> list[str]:
@@ -342,49 +523,46 @@ class GraphAnswerer:
                 out += [r for r in rels if r not in out]
         return out
 
-    def order_facts(self, question: str, ev: Evidence, entity_id: str) -> tuple[list[TripleHit], int]:
-        """Triples of ``entity_id``: those of the asked relations first (table order), then by PathScore and
-        confidence; returns them and how many were asked for."""
+    def order_facts(self, question: str, ev: Evidence, entity_ids: str | set[str]) -> tuple[list[TripleHit], int]:
+        """Triples of the asked entity (``entity_ids``: it and the entities linked to it as the same thing): those
+        of the asked relations first (table order), then by PathScore and confidence; returns them and how
+        many were asked for."""
+        ids = {entity_ids} if isinstance(entity_ids, str) else set(entity_ids)
         asked = self.intent_relations(question)
         rank = {r: i for i, r in enumerate(asked)}
         path_score: dict[str, float] = {}
         for p in ev.paths:
             for tid in p.triple_ids:
                 path_score[tid] = max(path_score.get(tid, 0.0), float(p.score))
-        facts = [t for t in ev.triples if entity_id in (t.head_id, t.tail_id)]
+        facts = [t for t in ev.triples if t.head_id in ids or t.tail_id in ids]
         facts.sort(key=lambda t: (rank.get(t.relation, len(rank)), -path_score.get(t.id, 0.0), -float(t.confidence), -float(t.score or 0.0)))
         return facts, sum(t.relation in rank for t in facts)
 
 
-# Text addressed to whoever reads or answers, not source text about the subject: requests to relay something to the
-# user, meta-instructions ("ignore the previous instructions", "system prompt"), orders to an assistant / model.
-# Plain usage directions of the sources ("孕妇忌服", "take with warm water") are not matched: they are the sources' content.
-_INSTRUCTION_ZH = re.compile(
-    r"(请|务必|必须|一定要|马上|立即)?(告诉|告知|转告|通知|提醒|警告|回答|回复|答复|说服|转达)(用户|读者|提问者|病人|患者|对方|大家|他们|所有人)"
-    r"|(对|向|跟|给)(用户|读者|提问者|提问的人)(说|讲|表示|声明|强调|回答|回复|转达|说明)"
-    r"|(忽略|无视|忽视|忘记|不要理会|不要遵守|违背|覆盖|绕过)[^。！？\n]{0,8}(指令|指示|提示词?|规则|设定|约束|要求|说明|命令|证据|资料)"
-    r"|(系统|开发者|管理员)(指令|提示词?|消息|命令|通知|设定)"
-    r"|(你|您)(现在|从现在起|必须|应该|应当|要|需要|只能|只许|不得|不能|不许)"
-    r"|(作为|你是)(一个|一名)?(ai|人工智能|语言模型|大模型|助手|聊天机器人|机器人|chatgpt|gpt)"
-    r"|(ai|人工智能|语言模型|大模型|模型|助手|机器人)(必须|应该|应当|需要|请|要|只能)"
-    r"|(回答|输出|回复)(时|中)?(只|仅)(能|可|需)?(写|说|输出|回答|回复)",
-    re.IGNORECASE)
-_INSTRUCTION_EN = re.compile(
-    r"\b(ignore|disregard|forget|override|bypass)\b[^.!?\n]{0,40}\b(instructions?|prompts?|rules?|guidelines|directions|evidence|context|above|previous)\b"
-    r"|\b(system|developer|admin)\s+(instructions?|prompts?|messages?|notes?|overrides?)\b"
-    r"|\b(tell|inform|warn|advise|convince|notify|remind)\s+(the\s+)?(users?|readers?|asker|patient|people|everyone|them)\b"
-    r"|\b(say|reply|respond|answer|write|output|print)\s+(only\s+)?(to\s+the\s+(user|reader)|with|that)\b"
-    r"|\byou\s+(must|should|shall|will|are\s+now|have\s+to|need\s+to|may\s+only|can\s+only|are\s+to)\b"
-    r"|\b(as\s+an?\s+)?(ai|assistant|language\s+model|llm|chatbot|chatgpt)\b[^.!?\n]{0,20}\b(must|should|shall|will|has\s+to|needs\s+to)\b"
-    r"|\b(assistant|chatbot|model)\s*[,:]",
-    re.IGNORECASE)
+def _holds_cue(sentence: str, cues: list[str]) -> bool:
+    """Does ``sentence`` hold one of ``cues`` (Chinese anywhere, English at the start of a word)?"""
+    key = norm_key(sentence)
+    words = re.findall(r"[a-z]+", key)
+    for c in cues:
+        k = norm_key(c)
+        if k and ((k in key) if has_cjk(k) else any(w.startswith(k) for w in words)):
+            return True
+    return False
+
+
+def _condition_keys(condition: str) -> list[str]:
+    """Matching keys of the asked condition in a sentence: the condition and its words (English), or it without
+    the verb it may be written with (Chinese 止呕 → 呕)."""
+    c = norm_key(condition)
+    if has_cjk(c):
+        return [v for v in dict.fromkeys([c, *(c[len(x):] for x in ("止", "除", "治", "疗", "解", "去") if c.startswith(x) and len(c) > len(x))]) if v]
+    return [c] if c else []
 
 
 def instruction_shaped(text: str) -> bool:
-    """Does ``text`` address whoever reads or answers it (a prompt-injection attempt, a request to relay a claim to
-    the user), rather than state something about its subject? Such text is never quoted as an answer line."""
-    t = " ".join(str(text).split())
-    return bool(_INSTRUCTION_ZH.search(t) or _INSTRUCTION_EN.search(t))
+    """Does ``text`` address whoever reads or answers it rather than state something about its subject?
+    (:func:`bencao.serving.screening.addressed_to_reader`: screened after Unicode normalisation.)"""
+    return addressed_to_reader(text)
 
 
 def _negated(text: str) -> bool:

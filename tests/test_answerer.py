@@ -113,7 +113,7 @@ def test_the_asked_facts_cite_the_passage_they_were_read_from(graph):
 def test_chinese_answers_have_no_english_relation_names(ask):
     text = ask.answer("山药")["answer"]
     assert "has_" not in text and "has flavour" not in text and "confidence" not in text
-    assert "山药味甘（置信度 0.90）" in text
+    assert "山药味甘（置信度 0.90：仅见于《神农本草经》） [1]" in text  # the confidence says how many sources give the fact
 
 
 def test_free_answer_without_intent_orders_by_confidence_and_table_is_configurable(ask):

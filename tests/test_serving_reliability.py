@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import threading
 import time
@@ -542,7 +543,8 @@ def test_llm_free_answerer_never_quotes_an_injection_as_an_answer_line(lang, hea
     answer = res["answer"]
     assert not any(c in answer.lower() for c in INJECTED_CLAIMS), answer
     assert "[1]" not in answer, answer  # nothing from the injected passage is an answer line
-    assert legit.split("。")[0].split(";")[0][:6] in answer and "[2]" in answer, answer  # the real source still answers
+    # the real source still answers: one of its sentences (the one about what was asked), cited
+    assert any(x.strip()[:6] in answer for x in re.split(r"[。;]", legit) if x.strip()) and "[2]" in answer, answer
 
 
 @pytest.mark.parametrize("lang", ["zh", "en"])

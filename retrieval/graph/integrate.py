@@ -58,6 +58,8 @@ from typing import Any, Callable, Iterable
 from bencao.config import field
 from bencao.errors import BencaoError
 from bencao.io import content_hash
+from bencao.retrieval.graph.same_as import KIND as SAME_AS_KIND, SCORE as SAME_AS_SCORE
+from bencao.retrieval.graph.same_as import find_same_as, names_shared_across_types, names_still_split
 from bencao.retrieval.graph.store import Graph, _now, merge_attributes, triple_id_for
 from bencao.text import has_cjk, norm_key
 
@@ -92,6 +94,14 @@ class IntegrateConfig:
     same_as_relations: list[str] = field(default_factory=lambda: ["exact_match", "exactmatch", "same_as", "equivalent_to", "equivalent_class",
                                                                   "equivalentclass", "skos:exactmatch", "owl:sameas"],
                                          help="Relations by which a source says two entities are the same thing: their ends are merged, whatever their types.")
+    same_as_links: bool = field(True, help="Cross-type unification: link (same_as, with the evidence) entities of different types that "
+                                           "share a name or a curated alias and are both substances (retrieval/graph/same_as.py); "
+                                           "other homonyms stay apart.")
+    substance_types: list[str] = field(default_factory=lambda: ["food", "substance", "supplement_ingredient", "chemical", "nutrient"],
+                                       help="Types that denote substances (an entity is one too when an is_a parent is of such a type).")
+    same_as_alias_kinds: list[str] = field(default_factory=lambda: ["name", "synonym", "label_name", "variant", "traditional"],
+                                           help="Alias kinds compared for same_as links (curated names; not identifiers, not a book's 一名).")
+    max_same_name: int = field(6, help="A name shared by more entities than this is ambiguous: no same_as link on it.")
     dry_run: bool = field(False, help="Report what would be merged without writing.")
 
 
@@ -547,7 +557,11 @@ def integrate(g: Graph, cfg: IntegrateConfig | None = None) -> dict[str, Any]:
                     _undo(g, previous["meta"]["journal"])
                 groups, report = find_groups(g, cfg)
                 report.pop("_quarantine_ids")
-                report.pop("_quarantine_all")
+                q_ids = report.pop("_quarantine_all")
+                _merge(g, groups, cfg, [q["id"] for q in q_ids])  # rolled back below: the links are found on the merged graph
+                if cfg.same_as_links:
+                    report["names_shared_across_types_before"] = names_shared_across_types(g)
+                    _links, report["same_as"] = find_same_as(g, cfg.substance_types, cfg.same_as_alias_kinds, cfg.max_same_name)
                 raise _DryRun
         except _DryRun:
             pass
@@ -561,7 +575,11 @@ def integrate(g: Graph, cfg: IntegrateConfig | None = None) -> dict[str, Any]:
         journal, counts = _merge(g, groups, cfg, q_ids) if groups or cfg.filter_noise or q_ids else ({}, {})
         report.update(counts)
         report["document"] = None
-        if groups or counts.get("noise_aliases_removed") or counts.get("quarantined"):
+        links: list[dict[str, Any]] = []
+        if cfg.same_as_links:  # on the merged graph: what a name still joins across types
+            report["names_shared_across_types_before"] = names_shared_across_types(g)
+            links, report["same_as"] = find_same_as(g, cfg.substance_types, cfg.same_as_alias_kinds, cfg.max_same_name)
+        if groups or counts.get("noise_aliases_removed") or counts.get("quarantined") or links:
             doc_id = "D" + content_hash(FORMAT, json.dumps(journal["canonical"], sort_keys=True), json.dumps(asdict(cfg), sort_keys=True),
                                         json.dumps(q_ids), g.conn.execute("SELECT COUNT(*), MAX(rowid) FROM documents").fetchone()[1])
             meta = {"config": asdict(cfg), "report": {k: v for k, v in report.items() if k not in ("examples", "quarantined_entities")},
@@ -569,9 +587,16 @@ def integrate(g: Graph, cfg: IntegrateConfig | None = None) -> dict[str, Any]:
             title = f"integration: {report['entities_merged']} entities merged into {report['groups']}"
             if q_ids:
                 title += f", {len(q_ids)} noise-named entities quarantined"
+            if links:
+                title += f", {len(links)} same_as links across types"
             c.execute("INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                       (doc_id, "graph integrate", title, "derived", FORMAT, None, "ready", json.dumps(meta, ensure_ascii=False), _now()))
+            # the links belong to this document: --undo, a re-integration or `graph remove` of it takes them away
+            c.executemany("INSERT OR IGNORE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
+                          [(x["src"], x["dst"], SAME_AS_KIND, SAME_AS_SCORE, doc_id) for x in links])
             report["document"] = doc_id
+        if cfg.same_as_links:
+            report["names_shared_across_types_after"], report["names_kept_apart_by_types"] = names_still_split(g)
     report["replaced"] = previous["id"] if previous else None
     g.write_manifest("integrate", {"document": report["document"], "groups": report["groups"], "merged": report["entities_merged"]})
     return report
@@ -626,6 +651,18 @@ def summary(report: dict[str, Any]) -> str:
         lines.append(f"  merged across types: {report['cross_type']} groups hold entities of more than one type")
         for grp in report.get("cross_type_groups", [])[:5]:
             lines.append("    " + " = ".join(f"{m['name']} [{m['id']}, {m['type']}]" for m in grp["members"]))
+    sa = report.get("same_as")
+    if sa is not None:
+        lines.append(f"  names shared across types: {report.get('names_shared_across_types_before')} before the same_as links"
+                     + (f", {report['names_shared_across_types_after']} still split after (homonyms kept apart)"
+                        if report.get("names_shared_across_types_after") is not None else ""))
+        lines.append(f"  {'would link' if report.get('dry_run') else 'linked'} {sa['links']} pairs same_as across types "
+                     f"({', '.join(f'{k}: {v}' for k, v in sa['links_by_types'].items()) or 'none'})")
+        if report.get("names_kept_apart_by_types"):
+            lines.append("  names kept apart, by the types that share them: "
+                         + ", ".join(f"{k}: {v}" for k, v in list(report["names_kept_apart_by_types"].items())[:8]))
+        for x in sa["examples"][:5]:
+            lines.append(f"    {x['evidence']}")
     if report.get("quarantined"):
         verb = "would quarantine" if report.get("dry_run") else "quarantined"
         names = ", ".join(repr(q["name"]) for q in report.get("quarantined_entities", [])[:8])

@@ -705,6 +705,18 @@ class Graph:
                 out[r["id"]] = _row(r, json_cols=("attributes",))
         return out
 
+    def entity_sources_of(self, ids: Iterable[str]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        """Per entity id, ``(document title, attributes that document gives)`` in the order the documents
+        were added: who says what of an entity (the merged ``attributes`` column says it without sources)."""
+        out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for chunk in _chunks(list(dict.fromkeys(ids)), 500):
+            q = ",".join("?" * len(chunk))
+            for eid, title, attrs in self.conn.execute(
+                    f"SELECT es.entity_id, COALESCE(NULLIF(d.title, ''), d.source), es.attributes FROM entity_sources es "
+                    f"JOIN documents d ON d.id = es.document_id WHERE es.entity_id IN ({q}) ORDER BY d.rowid", chunk):
+                out.setdefault(eid, []).append((title, json.loads(attrs or "{}")))
+        return out
+
     def aliases_of(self, entity_id: str) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute(
             "SELECT DISTINCT alias, norm, kind FROM aliases WHERE entity_id=? ORDER BY (kind='name') DESC, alias", (entity_id,))]

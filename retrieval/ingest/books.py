@@ -47,7 +47,7 @@ from bencao.retrieval.ingest.text_reader import TextLines
 from bencao.retrieval.ingest.registry import _title_of, register
 from bencao.text import chunk_text, count_tokens
 
-BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "families", "encoding")
+BOOK_OPTIONS = ("max_tokens", "materia_medica", "formulas", "families", "encoding", "name_variants")
 
 
 @dataclass
@@ -61,6 +61,10 @@ class BookOptions:
                                                              "list (flavour_nature, toxicity, meridian, treats, effect, alias, "
                                                              "formula_composition, formula_treats).")
     encoding: str | None = field(None, help="Text encoding of the file; detected (UTF-8 or GB18030) when empty.")
+    name_variants: str = field("default", help="With the materia-medica extractor, other names as aliases of kind book_variant "
+                                                "(docs/aliases.md): default = the editor's 旧作X notes and a title's modern name that "
+                                                "names a curated substance (鸡头子（芡实）: the entry is 芡实); all = also 亦名/别名/"
+                                                "俗名/俗呼 X and every title's modern name (judged 78 % right, below the bar); off.")
 
 
 def parse_options(options: dict[str, Any]) -> BookOptions:
@@ -80,6 +84,12 @@ def parse_options(options: dict[str, Any]) -> BookOptions:
         opts.families = select_families(options["families"])
     if options.get("encoding"):
         opts.encoding = str(options["encoding"])
+    if "name_variants" in options:
+        v = options["name_variants"]
+        v = {True: "default", False: "off"}.get(v, v) if isinstance(v, bool) else v
+        if v not in ("off", "default", "all"):
+            raise BencaoError(f"option name_variants={options['name_variants']!r}: expected default, all or off (true = default, false = off)")
+        opts.name_variants = v
     return opts
 
 
@@ -479,7 +489,8 @@ def _extract(b: DocumentBuilder, title: str, written: list[tuple[str, str, list[
     out["extractors"] = {k: v for k, v in (("materia_medica", why_mm), ("formulas", why_f)) if v}
     if why_mm is not None:
         mm.declare_relations(b)
-        out["materia_medica"] = dict(mm.extract_book(b, written, names, relations=_relations(mm.FAMILIES, opts)))
+        out["materia_medica"] = dict(mm.extract_book(b, written, names, relations=_relations(mm.FAMILIES, opts),
+                                                     variants=opts.name_variants))
     if why_f is not None:
         fx.declare_relations(b)
         out["formulas"] = dict(fx.extract_book(b, written, names, relations=_relations(fx.FAMILIES, opts)))
@@ -578,7 +589,7 @@ def load_books_md(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> No
     _finish(b, path, [book], opts)
 
 
-@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "families"),
+@register("sections-jsonl", kind="book", options=("max_tokens", "materia_medica", "formulas", "families", "name_variants"),
           description="section records {book, path: [book, volume, title], title, text} (.gz ok), several books per file; options max_tokens, materia_medica, formulas, families")
 def load_sections_jsonl(b: DocumentBuilder, path: Path, options: dict[str, Any]) -> None:
     opts = parse_options(options)

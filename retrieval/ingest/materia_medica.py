@@ -22,7 +22,15 @@ header: 味/性/气 clauses, a bare 甘苦微温, 有毒/无毒; or labelled 【
 - ``treats`` → symptom: the 主… clause (or 【主治】) split on 、，； (a removal verb 除/止/去/杀/治/疗/
   解/破/散/逐/辟 is dropped: 除烦 → 烦); ``has_effect`` → effect: tonic phrases (益气, 安五脏, 清神),
   the 久服… clause, and the effect line that opens an entry (本草备要's 润肺，杀虫);
-- aliases from 一名X, 【释名】 and a modern name in the title (薯蓣（山药）), kind ``book_synonym``.
+- aliases from 一名X, 【释名】 and a modern name in the title (薯蓣（山药）), kind ``book_synonym``;
+- with the books' ``name_variants`` option, other names of kind ``book_variant`` (docs/aliases.md):
+  ``default`` — the editor's notes on how the name was written (署豫 （旧作薯蓣，《御览》作署豫）: 薯蓣) and a
+  title's modern name that names a curated substance (鸡头子（芡实）: the entry *is* the catalogue's 芡实, so
+  its facts go to 芡实 and 鸡头子 becomes 芡实's alias; a titled section with no extractable entry, 薯蓣（山药）,
+  still gives the alias 薯蓣 → 山药); ``all`` — also 亦名/别名/俗名/俗呼/俗称 X at the start of a clause and
+  every title pair (an entity named by the title when neither name is known: 栝蒌（瓜蒌）), judged below
+  the precision bar; ``off``. A title's parenthesis is no name when it is a note (一类而四名, 蝥牟二音),
+  when the section treats it as a second item (童便（秋石）: "秋石，人童便…") or denies it (非真龙蛋草).
 
 **Names stay apart.** An entry's name resolves to an existing substance only through that
 substance's name or curated aliases (catalogue variants, ontology synonyms), never through an alias
@@ -50,12 +58,13 @@ from typing import Iterable, Sequence
 
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.provenance import SectionSnippets
-from bencao.retrieval.ingest.substances import BOOK_ALIAS_KIND, SubstanceNames, repair_name
+from bencao.retrieval.ingest.substances import BOOK_ALIAS_KIND, BOOK_VARIANT_KIND, SubstanceNames, repair_name
 
 CONFIDENCE = 0.6
 ORIGIN = "pattern:materia_medica"
 LAYER = "book"
 ALIAS_KIND = BOOK_ALIAS_KIND
+VARIANT_KIND = BOOK_VARIANT_KIND
 
 FLAVOURS = "甘苦辛咸酸淡涩"
 _NATURE = r"(?:大|微|小|稍)?(?:寒|热|温|凉|平|冷)"
@@ -119,6 +128,12 @@ _NOT_FACT = re.compile(rf"^(?:(?:微?[{FLAVOURS}]){{1,3}}{_NATURE}?|{_NATURE}|{_
                        r"|^(?:[五六]?[脏腑]|身体?|四肢|[头面目耳鼻口舌齿腰膝足手心肝脾肺肾胃胆]|皮肤|肌肉|筋骨|骨节|关节|百节|九窍)+$")
 _PAREN = re.compile(r"（[^（）]*）|\([^()]*\)|〔[^〕]*〕")
 _ALIAS = re.compile(r"[一又]名[∶:]?([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
+# other names the books give besides 一名/又名 (kind book_variant)
+# (at the start of a clause: 用牡荆俗名黄荆 names 牡荆, 吴俗名为壁虎 a local usage, not the entry)
+_MORE_NAMES = re.compile(r"(?:^|(?<=[。，；、]))(?:亦名|别名|俗名为?|俗呼为?|俗称|俗谓之)[∶:]?([\u4e00-\u9fff]{2,5}?)也?(?=[，。、；）)]|$)")
+# the editor's notes on how the entry's name was written: （旧作薯蓣，《御览》作署豫，是）
+_WRITTEN_AS = re.compile(r"(?:旧|一|或|亦|古|本|》)作([\u4e00-\u9fff]{2,5})(?=[，。、；）)]|$)")
+_NOTE_PARA = re.compile(r"^（[^（）]{2,60}）$")
 _HABITAT = re.compile(r"(?:^|[，。；])生([\u4e00-\u9fff]{0,3}(?:谷|泽|土|野|海|池|山|原|中|上))(?=[，。；]|$)")
 _SUBENTRY = re.compile(rf"^(?:【([\u4e00-\u9fff]{{1,8}})】\s*|([\u4e00-\u9fff]{{1,8}})[∶:])(?=味[{FLAVOURS}]|性?{_NATURE}[，、。])")
 _ITEM_NO = re.compile(r"^（[一二三四五六七八九十]+）")
@@ -162,6 +177,9 @@ class Fact:
 class Entry:
     name: str
     aliases: list[str] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)  # how the name was written, per the editor's notes (旧作X): kind book_variant
+    marker_names: list[str] = field(default_factory=list)  # 亦名/别名/俗名/俗呼 X: kind book_variant with name_variants: all
+    title_names: list[str] = field(default_factory=list)  # the modern name the title gives (薯蓣（山药）: 山药)
     facts: list[Fact] = field(default_factory=list)
     attributes: dict[str, list[str]] = field(default_factory=dict)
     anchor: str = ""  # text at the start of the entry
@@ -183,6 +201,12 @@ class Entry:
             return  # a note, not a name: 根名鸢头, 赤者名绛矾, 射音夜, 故得名也
         if name and name != self.name and name not in self.aliases:
             self.aliases.append(name)
+
+    def variant(self, name: str, marker: bool = False) -> None:
+        name = repair_name(re.sub(r"(?<=..)也$", "", name))  # 俗呼为野生姜也 → 野生姜
+        into = self.marker_names if marker else self.variants
+        if name and name != self.name and name not in self.aliases and name not in into and not re.search(r"[名音者是故之、\s]", name):
+            into.append(name)
 
 
 def declare_relations(b: DocumentBuilder) -> None:
@@ -503,12 +527,15 @@ def _meridian_facts(entry: Entry, text: str) -> None:
 # --------------------------------------------------------------------------- entries
 
 
-def _aliases_in(text: str) -> list[str]:
-    """一名/又名 names in ``text``, except in a sentence about something else (勿误用钩吻，钩吻即野葛，…又名断肠草)."""
+def _aliases_in(text: str, pattern: re.Pattern[str] = _ALIAS) -> list[str]:
+    """一名/又名 names in ``text`` (``pattern``: other name markers), except in a sentence about something else
+    (勿误用钩吻，钩吻即野葛，…又名断肠草)."""
     text = _PAREN.sub("", text)
     out = []
-    for m in _ALIAS.finditer(text):
+    for m in pattern.finditer(text):
         before = text[max(text.rfind("。", 0, m.start()) + 1, 0): m.start()]
+        if pattern is _MORE_NAMES and re.search(r"别有|又有|另有|一种", before):
+            continue  # 别有一种…亦名鸡肠菜: the name of the other kind the sentence introduces
         if not re.search(r"[即误勿似非如若与或]", before):
             out.append(m.group(1))
     return out
@@ -626,6 +653,8 @@ def _opening(entry: Entry, main: str, title_nature: str | None) -> bool:
         entry.attr("habitat", m.group(1))
     for a in _aliases_in(main):
         entry.alias(a)
+    for a in _aliases_in(main, _MORE_NAMES):
+        entry.variant(a, marker=True)
     return True
 
 
@@ -637,6 +666,12 @@ def parse_entry(name: str, text: str, title_nature: str | None = None, title_ali
     entry = Entry(repair_name(name))
     for a in title_aliases:
         entry.alias(a)
+        entry.title_names.append(a)
+    lead = _LEAD_NOISE.sub("", paras[0]).strip()
+    if _NOTE_PARA.match(lead) and len(paras) > 1:  # （旧作薯蓣，《御览》作署豫，是） on its own line: a note on the name
+        for m in _WRITTEN_AS.finditer(lead):
+            entry.variant(m.group(1))
+        paras = paras[1:]
     k = 0
     if _effect_line(entry, _LEAD_NOISE.sub("", paras[0])) and len(paras) > 1:
         k = 1  # 本草备要: the effect line, then the 性味 paragraph
@@ -716,6 +751,7 @@ def find_entries(title: str, text: str) -> list[Entry]:
         ends = [g[0][0] for g in groups[1:]] + [len(text)]
         e = parse_entry(name, "\n".join(p for _, p in groups[0]), nature, aliases)
         if e is not None:
+            e.title_names = [a for a in e.title_names if title_pair_ok(title, a, text)]  # 童便（秋石）: a second item, not a name
             e.span = (0, ends[0])
             out = [e]
             for g, end in zip(groups[1:], ends[1:]):
@@ -754,7 +790,7 @@ def find_entries(title: str, text: str) -> list[Entry]:
 # --------------------------------------------------------------------------- builder
 
 
-def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: SubstanceNames) -> dict[str, int]:
+def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: SubstanceNames, variants: str = "off") -> dict[str, int]:
     """Write one entry: the substance entity, its aliases and attributes, and one triple per fact
     whose words are found in the entry's span (the snippet that holds them is its provenance).
 
@@ -768,20 +804,61 @@ def add_entry(b: DocumentBuilder, entry: Entry, where: SectionSnippets, names: S
     if not located:
         return dict(counts)
     attrs: dict[str, list[str]] = {k: list(v) for k, v in entry.attributes.items()}
-    aliases, others = names.admit_aliases(entry.name, entry.aliases)
-    if others:
-        attrs["other_names"] = others
-    sub = names.entity(b, entry.name, attributes=attrs, aliases=[(a, ALIAS_KIND) for a in aliases])
+    canon = names.canonical_of(entry.name, entry.title_names, curated=variants != "all") if variants != "off" else None
+    aliases, others = names.admit_aliases(entry.name, [a for a in entry.aliases if canon is None or a not in entry.title_names])
+    mined = (entry.variants if variants != "off" else []) + (entry.marker_names if variants == "all" else [])
+    kept, more = names.admit_aliases(entry.name, mined) if mined else ([], [])
+    if others or more:
+        attrs["other_names"] = others + more
+    pairs = [(a, ALIAS_KIND) for a in aliases] + [(a, VARIANT_KIND) for a in kept]
+    if canon is not None:  # 鸡头子（芡实）: the title says the entry is the catalogue's 芡实; 鸡头子 is its book name
+        sub = names.entity(b, canon[1], attributes=attrs, aliases=[(entry.name, VARIANT_KIND), *pairs])
+        counts["canonical"] += 1
+    else:
+        sub = names.entity(b, entry.name, attributes=attrs, aliases=pairs)
     for f, sid in located:
         tail = b.entity(f.tail, f.tail_type, layer=LAYER)
         b.triple(sub, f.relation, tail, confidence=CONFIDENCE, layer=LAYER, origin=ORIGIN, snippet=sid)
         counts[f.relation] += 1
     counts["aliases"] += len(aliases)
+    counts["variants"] += len(kept)
     return dict(counts)
 
 
+def title_pair_ok(title: str, modern: str, text: str) -> bool:
+    """Is the title's parenthesised name another name of the entry, not a second item the section also treats
+    (童便（秋石）: "秋石，人童便而煎熬…"), a name the text denies (土余瓜（龙蛋草）: "非真龙蛋草也"), or a note inside the
+    name (鹈鹕（即淘鹅）油: the bird, not its oil)?"""
+    bare = _TITLE_NATURE.sub("", title).strip()
+    if not re.search(r"（[^（）]*）$", bare) or modern.startswith("即") or re.search(r"[名类音门而之者部]", modern):
+        return False  # 附子乌头天雄侧子（一类而四名）, 盘蝥虫（蝥牟二音）, 药性（寒门）: notes, not names
+    if re.search(rf"(?:^|[。；\n）])\s*(?:（[一二三四五六七八九十]+）)?{re.escape(modern)}[，∶:]", text):
+        return False
+    return not re.search(rf"非真?{re.escape(modern)}", text)
+
+
+def title_names(b: DocumentBuilder, title: str, names: SubstanceNames, text: str = "", mode: str = "all") -> dict[str, int]:
+    """A section titled as a substance with its modern name (薯蓣（山药）, 栝蒌（瓜蒌）) whose text gave no
+    entry: the pair is still the book's statement that the two names are one thing. The title's name
+    becomes an alias (kind ``book_variant``) of the curated substance the modern name names; when
+    neither name is known, an entity named by the title carries the modern name as its alias (the
+    section is its entry, found by its heading). Nothing when the title's name is another substance."""
+    cleaned = clean_title(title)
+    if cleaned is None or len(cleaned[1]) != 1 or len(cleaned[0]) < 2 or not title_pair_ok(title, cleaned[1][0], text):
+        return {}
+    name, (modern,), _ = cleaned
+    canon = names.canonical_of(name, [modern], curated=mode != "all")
+    if canon is not None:
+        names.entity(b, canon[1], aliases=[(name, VARIANT_KIND)])
+        return {"title_aliases": 1}
+    if mode != "all" or names.resolve(name) is not None or names.resolve(modern) is not None or names.is_substance(modern):
+        return {}
+    names.entity(b, name, aliases=[(modern, VARIANT_KIND)])
+    return {"title_entities": 1}
+
+
 def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[str, str]]]], names: SubstanceNames,
-                 relations: Iterable[str] | None = None) -> Counter[str]:
+                 relations: Iterable[str] | None = None, variants: str = "off") -> Counter[str]:
     """Find the entries of every section (title, text, snippets) of one book and add them.
 
     Two passes: every entry of the book is found first, so an 一名 that names another entry of the
@@ -789,11 +866,15 @@ def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[s
     below the precision bar are left out by default; see ``books.BookOptions``).
     """
     found: list[tuple[Entry, SectionSnippets]] = []
-    for title, text, snips in sections:
+    with_entries: set[int] = set()
+    for i, (title, text, snips) in enumerate(sections):
         if snips:
             where = SectionSnippets(text, snips)
             # a one-character name is most often a name that lost a character (黄 for 黄耆): only a known substance
-            found += [(e, where) for e in find_entries(title, text) if len(e.name) > 1 or names.resolve(e.name) is not None]
+            mine = [(e, where) for e in find_entries(title, text) if len(e.name) > 1 or names.resolve(e.name) is not None]
+            if mine:
+                with_entries.add(i)
+            found += mine
     names.declare_entries([e.name for e, _ in found], [(e.name, a) for e, _ in found for a in e.aliases])
     keep = set(relations) if relations is not None else None
     stats: Counter[str] = Counter()
@@ -805,6 +886,10 @@ def extract_book(b: DocumentBuilder, sections: list[tuple[str, str, list[tuple[s
         if not e.facts:
             continue
         stats["entries"] += 1
-        stats.update(add_entry(b, e, where, names))
+        stats.update(add_entry(b, e, where, names, variants=variants))
+    if variants != "off":  # sections titled 薯蓣（山药） whose text gave no entry
+        for i, (title, text, snips) in enumerate(sections):
+            if snips and i not in with_entries:
+                stats.update(title_names(b, title, names, text, variants))
     return stats
 

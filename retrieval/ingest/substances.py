@@ -20,6 +20,9 @@ from bencao.retrieval.graph.store import DocumentBuilder, Graph, entity_id_for
 from bencao.text import norm_key
 
 BOOK_ALIAS_KIND = "book_synonym"
+#: Other names a book gives (旧作X, 俗名X, the modern name of a title): like book_synonym, never trusted to resolve a name.
+BOOK_VARIANT_KIND = "book_variant"
+BOOK_NAME_KINDS = frozenset({BOOK_ALIAS_KIND, BOOK_VARIANT_KIND})
 
 #: Systematic conversion errors of the TCM-Ancient-Books digitisation (traditional → simplified
 #: software): 腳氣 became 香港脚 (5,879 times), 毒氣 became 毒瓦斯 (4,990), 厚 became 浓 (浓朴 for 厚朴,
@@ -63,7 +66,7 @@ class SubstanceNames:
                 if ent["type"] != self.type:
                     continue
                 kinds = {a["kind"] for a in self.graph.aliases_of(ent["id"]) if a["norm"] == key}
-                trusted = kinds - {BOOK_ALIAS_KIND}
+                trusted = kinds - BOOK_NAME_KINDS
                 if not trusted:
                     continue
                 cand = (0 if "name" in trusted else 1, rank_e, ent["id"])
@@ -82,6 +85,19 @@ class SubstanceNames:
         eid = b.entity(name, self.type, id=eid, layer=self.layer, attributes=attributes, aliases=aliases)
         self.local[norm_key(name)] = eid
         return eid
+
+    def canonical_of(self, name: str, modern: Iterable[str], curated: bool = True) -> tuple[str, str] | None:
+        """(id, name) of the substance a title's modern name names (鸡头子（芡实） → the catalogue's 芡实), when the
+        entry's own name is not another substance; else None. ``curated``: only a catalogue's or an ontology's
+        substance (not a book layer entry of an earlier book, as 荆芥（假苏） → 神农本草经's 假苏 would be)."""
+        own = self.resolve(name)
+        for m in modern:
+            eid = self.resolve(m)
+            if eid is not None and (own is None or own == eid) and norm_key(m) not in self.local:
+                ent = self.graph.get_entity(eid)
+                if ent is not None and ent.get("type") == self.type and (not curated or ent.get("layer") != "book"):
+                    return eid, ent["name"]
+        return None
 
     def admit_aliases(self, name: str, aliases: Iterable[str]) -> tuple[list[str], list[str]]:
         """(aliases that may be written, names kept only as ``other_names``) for the entry ``name``."""

@@ -43,6 +43,8 @@ class MicroConfig:
                                      help="Triple layers recalled first, with their own top-k (TCM-DiffRAG recalls the personalized layer, "
                                           "G_style, before the book graph): e.g. [personal]. Empty = one pass over every layer.")
     k_preferred: int = field(5, help="Nearest triples taken from prefer_layers before the pass over every layer.")
+    entry_snippets: int = field(2, help="Passages of the entries a book heads with each question entity's name (食疗本草's 栝蒌（瓜蒌）, "
+                                        "神农本草经's 栝蒌根: its own and its parts' entries), taken first of each entry; 0 = off.")
 
 
 @dataclass

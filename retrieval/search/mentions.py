@@ -2,7 +2,8 @@
 
 English: word n-grams (plural-insensitive through the linker's normalised keys). Chinese: jieba
 tokens (the graph's Chinese names are taught to jieba first so they stay whole) and their n-grams.
-Keys are ``norm_key`` forms, so traditional and simplified, full- and half-width forms all match.
+Keys are ``norm_key`` forms, so traditional and simplified, full- and half-width forms all match; a classical
+name's variant writing (栝楼 for 栝蒌, :mod:`bencao.retrieval.name_variants`) matches too.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.lexical import light_stem
+from bencao.retrieval.name_variants import PARTS, variant_keys
 from bencao.text import add_words, has_cjk, norm_key, tokenize
 
 _TAUGHT: set[tuple] = set()
@@ -52,6 +54,9 @@ def extract_mentions(g: Graph, text: str, base_keys: dict | set, *, max_ngram: i
                 continue
             spans.append((i, i + size, s))
     keys = list({norm_key(s) for _, _, s in spans})
+    # 栝楼 for the graph's 栝蒌 (a variant writing), or for 栝蒌根 (the entry of a part: the linker's last resort too)
+    variants = {k: [*variant_keys(k), *(v + p for v in (k, *variant_keys(k)) for p in PARTS)] for k in keys if has_cjk(k) and len(k) >= 2}
+    keys += [v for vs in variants.values() for v in vs]
     found: set[str] = set()
     for j in range(0, len(keys), 400):
         chunk = keys[j : j + 400]
@@ -62,7 +67,9 @@ def extract_mentions(g: Graph, text: str, base_keys: dict | set, *, max_ngram: i
     for i, k, s in spans:  # already longest-first
         if any(taken[i:k]):
             continue
-        hit = norm_key(s) in found or (not has_cjk(s) and " ".join(light_stem(t) for t in s.split()) in base_keys)
+        k_s = norm_key(s)
+        hit = k_s in found or (not has_cjk(s) and " ".join(light_stem(t) for t in s.split()) in base_keys) \
+            or any(v in found for v in variants.get(k_s, ()))
         if hit:
             for x in range(i, k):
                 taken[x] = True

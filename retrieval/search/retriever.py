@@ -9,8 +9,8 @@ understand the question (typed mentions, CoT query triples, planned relation pat
 their output in as arguments. With none of them the retriever works from the question alone.
 
 Stages (each optional by config): mentions (dictionary matching, plus the ones given) → entity
-linking (+ dense entities) → cross-layer links → micro (query triples → triples → snippets, chosen
-layers first) → macro (snippets, sections) → reasoning paths with PageRank (mined and/or planned
+linking (+ dense entities, + a book's entry known by the same name) → cross-layer links → micro (query
+triples → triples → snippets, chosen layers first; the asked entities' own entries by heading) → macro (snippets, sections) → reasoning paths with PageRank (mined and/or planned
 relation sequences, hubs never in the middle) → entities the paths reach, with their attributes →
 therapy retrieval through the section tree → assembly under the token budget.
 """
@@ -22,11 +22,12 @@ from pathlib import Path
 
 from bencao.deadline import check_deadline
 from bencao.errors import BencaoError
-from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit
+from bencao.retrieval.evidence import Evidence, LinkedEntity, PathHit, SnippetHit, TripleHit, attribute_sources
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.build import Indexes
 from bencao.retrieval.linking import EntityLinker, LinkerLLMs, LinkResult
 from bencao.retrieval.search.config import RetrievalConfig, load_retrieval_config
+from bencao.retrieval.search.entries import entry_snippets
 from bencao.retrieval.search.keywords import link_keyword
 from bencao.retrieval.search.layers import case_therapy, cross_layer, therapy_retrieve
 from bencao.retrieval.search.macro import first_stage, macro_retrieve, option_retrieve
@@ -100,9 +101,30 @@ class Retriever:
                                         ("mention_type", mtype)) if v}
             if not verbatim:
                 detail["verbatim"] = False  # the understanding stage's name for it, not the question's words
+            chosen = next((c for c in link.candidates if c["id"] == link.chosen_id and c.get("matched")), None)
+            if chosen is not None:
+                detail["matched"] = chosen["matched"]  # the alias the mention matched: {alias, kind, document, via}
             ents[link.chosen_id] = LinkedEntity(id=link.chosen_id, mention=link.mention, confidence=link.confidence,
                                                 rationale=link.rationale, score=link.confidence, via=[via], roles=[role],
                                                 link=detail or None)
+
+        def same_name(link: LinkResult, role: str) -> None:
+            """A book's own entry known by the name the mention matched (神农本草经's 署豫, 旧作薯蓣, beside the
+            catalogue's 山药 that 食疗本草 calls 薯蓣) joins as the same thing: its facts are the same substance's."""
+            if link.abstained or link.chosen_id is None:
+                return
+            others = [c for c in link.candidates if c.get("matched") and c["id"] != link.chosen_id and c["id"] not in ents
+                      and c["tier"] in ("exact label", "exact synonym")]
+            info = self.g.get_entities(c["id"] for c in others)
+            chosen_type = (self.g.get_entity(link.chosen_id) or {}).get("type")
+            for c in others[:3]:
+                row = info.get(c["id"]) or {}
+                if row.get("layer") != "book" or row.get("type") != chosen_type:
+                    continue
+                m = c["matched"]
+                ents[c["id"]] = LinkedEntity(id=c["id"], mention=link.mention, confidence=round(link.confidence * 0.9, 4),
+                                             rationale=f"same name: a book's entry known as {m['alias']!r} ({m['kind']}, {m['document']})",
+                                             score=round(link.confidence * 0.9, 4), via=["same-name"], roles=[role])
 
         seen: set[str] = set()
         for m in mentions or []:
@@ -113,7 +135,9 @@ class Retriever:
             for m in self.mentions(question):
                 if norm_key(m) not in seen:
                     seen.add(norm_key(m))
-                    add(self.linker.link(m, question), "question", "linking")
+                    link = self.linker.link(m, question)
+                    add(link, "question", "linking")
+                    same_name(link, "question")
         q = self.cfg.question
         stop = {norm_key(w) for w in q.stopwords}
         n_kw = 0
@@ -148,10 +172,12 @@ class Retriever:
 
     def _describe(self, ents: list[LinkedEntity]) -> None:
         info = self.g.get_entities(e.id for e in ents)
+        given = self.g.entity_sources_of(e.id for e in ents)
         for e in ents:
             row = info.get(e.id) or {}
             e.name, e.type, e.layer = row.get("name"), row.get("type"), row.get("layer")
             e.description, e.attributes = row.get("description"), row.get("attributes") or {}
+            e.attribution = attribute_sources(given.get(e.id, []))  # who says which nature, flavour, ...
 
     def _paths(self, ev: Evidence, linked: list[str], triples: dict[str, TripleHit],
                planned: list[tuple[str, ...]] | None, planned_only: bool) -> None:
@@ -255,6 +281,9 @@ class Retriever:
                 if t.id not in triples:
                     triples[t.id] = t
             merge_snippets(sn)
+            if m.entry_snippets > 0:  # the entries the books head with the asked entities' names (their own passages)
+                asked = [x for e in ev.entities if "question" in e.roles and "path" not in e.roles for x in (e.name, e.mention) if x]
+                merge_snippets(entry_snippets(self.g, asked, per_name=m.entry_snippets, score=1.0 / (60 + 1)))
         # the question's BM25 and dense snippet lists, searched once for macro retrieval and the reranker
         searched = first_stage(self.ix, question, max(cfg.macro.k_each, cfg.rerank.candidates if cfg.rerank.model else 0)) \
             if cfg.macro.enabled or cfg.rerank.model else ([], [])
@@ -280,11 +309,10 @@ class Retriever:
         if cfg.rerank.model:  # a cross-encoder reads the question with each passage (docs/retrieval.md#reranking)
             ev.snippets = rerank_snippets(self.g, question, ev.snippets, cfg.rerank, searched, rrf_k=cfg.macro.rrf_k)
         ev.triples = sorted(triples.values(), key=lambda t: (-(t.score or 0.0), -t.confidence))
-        unsourced = [t for t in ev.triples if not t.snippet_ids]
-        if unsourced:  # ontology and KB facts hold no passage: they cite the document that asserts them
-            docs = self.g.documents_of_triples(t.id for t in unsourced)
-            for t in unsourced:
-                t.sources = docs.get(t.id, [])[:2]
+        if ev.triples:  # every document that asserts each fact: facts no passage holds cite it, conflicting ones are attributed
+            docs = self.g.documents_of_triples(t.id for t in ev.triples)
+            for t in ev.triples:
+                t.sources = docs.get(t.id, [])
         ev.stats = {"mentions": [e.mention for e in ev.entities if e.mention], "linked": len(linked),
                     "candidates": {"triples": len(ev.triples), "paths": len(ev.paths), "snippets": len(ev.snippets)}}
         terms = self.term_weights(question)
