@@ -73,5 +73,9 @@ def render(name: str, lang: str, dirs: tuple[str | Path, ...] = (PROMPTS_DIR,), 
     msgs: list[dict[str, str]] = []
     if system:
         msgs.append({"role": "system", "content": system})
+    if variables.get("example") and "example_user" in tmpl.blocks and "example_assistant" in tmpl.blocks:
+        # one worked example as a prior turn (a template's optional example_user / example_assistant blocks)
+        msgs.append({"role": "user", "content": "".join(tmpl.blocks["example_user"](ctx)).strip()})
+        msgs.append({"role": "assistant", "content": "".join(tmpl.blocks["example_assistant"](ctx)).strip()})
     msgs.append({"role": "user", "content": user})
     return msgs

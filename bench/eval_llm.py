@@ -96,7 +96,7 @@ class Runner:
     def contexts(self, rec: dict[str, Any], conditions: list[str]) -> dict[str, Any]:
         from bencao.retrieval.evidence import SnippetHit
         from bencao.serving.answer import context_limits, generator_context
-        from bencao.serving.context import RenderedContext, passages_context
+        from bencao.serving.context import ContextConfig, RenderedContext, passages_context
         from bencao.serving.tasks import Query
 
         q = Query.from_record(rec)
@@ -108,8 +108,9 @@ class Runner:
                 ranked = self.bm25.ranked(q.question, 20)
                 rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
                 hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
-                out[c] = passages_context(hits, self.acfg.context, q.language, self.budget, context_limits(self.acfg), q.question,
-                                          self.pipe.retriever.term_weights(q.question))
+                # the plain baseline: whole passages from their start, as a naive RAG gives them, whatever bencao's settings
+                out[c] = passages_context(hits, ContextConfig(budget_chars=self.budget), q.language, self.budget,
+                                          context_limits(self.acfg))
             elif c == "bencao":
                 ret = self.pipe.retrieve_dict(q.question, budget_chars=self.budget)  # what /v1/retrieve returns
                 out[c] = RenderedContext.from_text(ret["context"], self.budget)
@@ -226,6 +227,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="The first N records of each file (after --half).")
     ap.add_argument("--half", choices=["a", "b"], default=None)
     ap.add_argument("--out", default="out/eval-llm")
+    ap.add_argument("--tag", default=None, help="A sub-folder of OUT/<model> for this run's settings (the score cache is shared).")
     ap.add_argument("--no-cache", action="store_true")
     ap.add_argument("--table-only", action="store_true", help="Print the table of what is already scored.")
     ap.add_argument("--append", default=None, help="Append the table to this results file (bench/RESULTS.md).")
@@ -236,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown condition(s) {bad}; known: {', '.join(CONDITIONS)}")
     records = load(args.bench, args.limit, args.half)
-    outdir = Path(args.out) / Path(args.model.split("@")[0]).name
+    outdir = Path(args.out) / Path(args.model.split("@")[0]).name / (args.tag or "")
     outdir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if not args.table_only:

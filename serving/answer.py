@@ -51,6 +51,12 @@ class AnswerConfig:
     context: ContextConfig = field(default_factory=ContextConfig, help="The evidence text the generator reads: one numbered list of "
                                    "facts, paths, entity attributes and passages under a character budget (the text /v1/retrieve "
                                    "returns as context).")
+    yes_no_rule: bool = field(True, help="A yes/no question (\"Does ginger help with nausea?\", 生姜能治疗消渴吗) reaches the generator "
+                                         "only when the graph holds a fact linking the asked entity to the asked condition (iDISK2.0-RAG's "
+                                         "rule, the graph answerer's check); otherwise the answer is 'not in the knowledge base'.")
+    example: bool = field(False, help="qa: show the generator one worked example (a short numbered list, a question, an answer that "
+                                      "cites it) as a prior turn: small models then answer in cited sentences instead of copying "
+                                      "the list.")
     mcq_mode: str = field("auto", help="Multiple-choice and syndrome questions with a generator: letters (each option letter's "
                                        "next-token log-probability after the prompt, as lm-eval-harness scores them; the scores go "
                                        "into the answer) | generate (a written reply whose answer line is parsed) | auto (letters "
@@ -157,6 +163,7 @@ def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | No
     return render(f"generate_{query.task}", lang, prompts_dir=cfg.prompts_dir, question=query.question,
                   options=query.options or {}, candidates=query.candidates or [], n_answers=query.n_answers,
                   closed_book=closed_book, has_evidence=bool(lines), marker=NOT_IN_KB_MARKER, context=lines,
+                  example=cfg.example and not closed_book and bool(lines),
                   scoring=scoring, paths=[], triples=[], entities=[], snippets=[])
 
 

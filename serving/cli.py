@@ -119,7 +119,12 @@ def ask(
         con.print("\n[bold]Triples[/bold]")
         for t in ev.triples[:8]:
             con.print(esc(f"  {pipeline.graph_answerer.fact(t, lang)}  (confidence {t.confidence:.2f}, {'/'.join(t.via)})"))
-    if ev.snippets:
+    if a.context is not None and a.citations:  # a generator's answer cites the numbered list it read
+        con.print("\n[bold]Cited[/bold]")
+        for c in a.citations:
+            text = c["text"] if len(c["text"]) <= 160 else c["text"][:160] + "…"
+            con.print(esc(f"  [{c['n']}] {c.get('heading') or ''}{' (generated)' if c.get('generated') else ''}\n      {text}"))
+    elif ev.snippets:
         con.print("\n[bold]Snippets[/bold]")
         for r, s in zip(ev.references(), ev.snippets[:6]):
             text = s.text if len(s.text) <= 160 else s.text[:160] + "…"

@@ -40,6 +40,8 @@ class ContextConfig:
                                             "passage's run of sentences that holds the most (and the rarest) words of the question, "
                                             "and for an option's passage the option, up to excerpt_chars — more passages fit a budget.")
     excerpt_chars: int = field(200, help="passage_mode excerpt: the longest excerpt of one passage, in characters.")
+    options_first: bool = field(True, help="A question with options: the passages found for the options (one per option, in option "
+                                           "order) come before the question's other passages, so the budget covers every option.")
 
     def validate(self) -> None:
         from bencao.errors import ConfigError
@@ -242,14 +244,37 @@ def excerpt(text: str, weights: dict[str, float], max_chars: int, focus: list[st
     return ("…" if i > 0 else "") + body + ("…" if j < len(pieces) else "")
 
 
+def _option_index(s: SnippetHit) -> int | None:
+    for v in s.via:
+        if v.startswith("option:") and v.split(":", 1)[1].isdigit():
+            return int(v.split(":", 1)[1])
+    return None
+
+
+def _options_first(snippets: list[SnippetHit]) -> list[SnippetHit]:
+    """The options' passages round-robin in option order (best first within an option), then the rest as ranked."""
+    by_opt: dict[int, list[SnippetHit]] = {}
+    rest = []
+    for s in snippets:
+        i = _option_index(s)
+        (by_opt.setdefault(i, []) if i is not None else rest).append(s)
+    out: list[SnippetHit] = []
+    depth = max((len(v) for v in by_opt.values()), default=0)
+    for d in range(depth):
+        out += [by_opt[i][d] for i in sorted(by_opt) if d < len(by_opt[i])]
+    return out + rest
+
+
 def _passage_items(snippets: list[SnippetHit], lim: Limits, lang: str, cfg: ContextConfig | None = None,
                    weights: dict[str, float] | None = None, options: list[str] | None = None) -> list[ContextItem]:
     out = []
+    if cfg is not None and cfg.options_first and options:
+        snippets = _options_first(snippets)
     for s in snippets[: lim.passages]:
         head = path_heading(s.path)
         if cfg is not None and cfg.passage_mode == "excerpt":
-            focus = [options[int(v.split(":", 1)[1])] for v in s.via if v.startswith("option:") and options
-                     and v.split(":", 1)[1].isdigit() and int(v.split(":", 1)[1]) < len(options)]
+            i = _option_index(s)
+            focus = [options[i]] if options and i is not None and i < len(options) else []
             body = excerpt(s.text, weights or {}, min(cfg.excerpt_chars, lim.passage_chars), focus)
         else:
             body = _cut(_clean(s.text), lim.passage_chars)

@@ -314,6 +314,16 @@ class AnswerPipeline:
             a.answer, a.citations, a.invalid_citations = parsed.answer, parsed.citations, parsed.invalid_citations
             a.prediction = {"text": a.answer, "abstained": a.abstained, "support": res["support"]}
 
+    def _no_linking_fact(self, a: Answer) -> bool:
+        """answer.yes_no_rule: a yes/no question whose asked entity no fact links to the asked condition."""
+        from bencao.serving.question_shape import is_yes_no
+
+        if not self.cfg.answer.yes_no_rule or a.evidence is None or not is_yes_no(a.query.question):
+            return False
+        with self._lock:
+            res = self.graph_answerer.answer(a.query.question, a.evidence)
+        return bool(res.get("abstained"))
+
     def scores_letters(self) -> bool:
         """Whether mcq / sd questions are answered by scoring the option letters (answer.mcq_mode)."""
         from bencao.llm.base import can_score
@@ -362,7 +372,7 @@ class AnswerPipeline:
             ev = a.evidence
             if not acfg.closed_book:
                 a.context = generator_context(a.query, ev, acfg)
-            if a.query.task == "qa" and not acfg.closed_book and (ev is None or ev.is_empty()):
+            if a.query.task == "qa" and not acfg.closed_book and (ev is None or ev.is_empty() or self._no_linking_fact(a)):
                 a.answer, a.abstained = not_in_kb(a.query.question, acfg), True  # nothing to ground an answer in
                 a.prediction = {"text": a.answer, "abstained": True}
                 own.append(a)

@@ -168,3 +168,29 @@ def test_shipped_serving_recipes_load(repo):
     assert load_serve_config(repo / "configs/serving/default.yaml").generator is None
     local = load_serve_config(repo / "configs/serving/local.yaml", ["api.port=9000"])
     assert local.cot.llm.backend == "local-hf" and local.api.port == 9000
+
+
+def test_excerpt_keeps_the_run_of_sentences_with_the_question_words_and_an_options_passage_around_the_option():
+    from bencao.serving.context import excerpt
+
+    text = ("甲乙丙丁，戊己庚辛。" * 10 + "患者恶寒发热，头身疼痛，呕吐，宜藿香正气散。" + "壬癸子丑，寅卯辰巳。" * 10)
+    w = {"恶寒": 3.0, "发热": 3.0, "呕吐": 2.0, "头身": 1.0}
+    ex = excerpt(text, w, 40)
+    assert "恶寒发热" in ex and "呕吐" in ex and len(ex) <= 42 and ex.startswith("…") and ex.endswith("…")
+    assert excerpt("短文。", w, 40) == "短文。"
+    far = "藿香正气散，主治外感风寒。" + "甲乙丙丁，戊己庚辛。" * 10 + "恶寒发热，呕吐。"
+    assert "藿香正气散" in excerpt(far, w, 30, focus=["藿香正气散"])
+    assert "藿香正气散" not in excerpt(far, w, 30)
+
+
+def test_excerpt_mode_renders_more_passages_into_the_same_budget():
+    from bencao.serving.answer import generator_context
+    from bencao.serving.context import ContextConfig
+
+    long = "主心腹邪气，安中养脾。" + "无关的文字。" * 60
+    ev = Evidence(question="大枣主心腹邪气吗？", snippets=[SnippetHit(id=f"P{i}", text=long, path=["神农本草经", f"卷{i}"]) for i in range(6)],
+                  stats={"terms": {"心腹": 3.0, "邪气": 3.0, "大枣": 2.0}})
+    whole = generator_context(Query("大枣主心腹邪气吗？"), ev, AnswerConfig(context=ContextConfig(budget_chars=600)))
+    ex = generator_context(Query("大枣主心腹邪气吗？"), ev, AnswerConfig(context=ContextConfig(budget_chars=600, passage_mode="excerpt",
+                                                                                      excerpt_chars=60)))
+    assert len(ex.items) > len(whole.items) and all("心腹邪气" in it.text for it in ex.items)

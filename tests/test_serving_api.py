@@ -77,6 +77,26 @@ def test_retrieve_returns_evidence_json(server):
     assert r.status_code == 200 and r.json()["query_triples"] == [{"head": "大枣", "relation": "性味", "tail": "?"}]
 
 
+def test_retrieve_returns_the_context_the_generator_would_read_cut_to_the_budget(server):
+    import re
+
+    base, _ = server
+    full = httpx.post(base + "/v1/retrieve", json={"question": QUESTION}, headers=_auth(), timeout=120).json()
+    assert full["context"] and full["context_chars"] == len(full["context"])
+    cites = full["context_citations"]
+    # one numbered list: every line is an item, numbered 1..n, facts with the passage they were read from
+    lines = full["context"].splitlines()
+    assert [int(re.match(r"\[(\d+)\] ", ln).group(1)) for ln in lines] == [c["n"] for c in cites] == list(range(1, len(lines) + 1))
+    assert {c["kind"] for c in cites} >= {"passage"} and all(c["snippet_id"] for c in cites if c["kind"] == "passage")
+    for budget in (120, 400):
+        cut = httpx.post(base + "/v1/retrieve", json={"question": QUESTION, "budget_chars": budget}, headers=_auth(), timeout=120).json()
+        assert 0 < cut["context_chars"] <= budget and cut["budget_chars"] == budget
+        assert full["context"].startswith(cut["context"].splitlines()[0])
+    for bad in (-1, 10**9, "many"):
+        r = httpx.post(base + "/v1/retrieve", json={"question": QUESTION, "budget_chars": bad}, headers=_auth(), timeout=120)
+        assert r.status_code == 400 and "budget_chars" in r.text
+
+
 @pytest.mark.parametrize(
     "path, body, headers, status, code, words",
     [

@@ -101,6 +101,9 @@ class LLMConfig:
     temperature: float = cfg_field(0.2, help="Sampling temperature (0 = greedy).")
     top_p: float = cfg_field(1.0, help="Nucleus sampling mass.")
     max_tokens: int = cfg_field(1024, help="Longest reply in tokens.")
+    repetition_penalty: float | None = cfg_field(None, help="Penalty on tokens already in the prompt or reply (1.0 = none; small "
+                                                          "models that copy their evidence: ~1.1). local-hf and llama-cpp; "
+                                                          "sent to endpoints that take it (vLLM).")
     seed: int | None = cfg_field(None, help="Sampling seed sent to endpoints that honour it.")
     json_schema: bool = cfg_field(False, help="openai: send the expected JSON Schema with structured requests (response_format "
                                              "json_schema; vLLM, SGLang, llama.cpp's server and OpenAI decode under it). llama-cpp "
@@ -125,6 +128,8 @@ class LLMConfig:
     def params(self) -> dict[str, Any]:
         """Generation parameters that are part of the cache key."""
         p: dict[str, Any] = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        if self.repetition_penalty is not None:
+            p["repetition_penalty"] = self.repetition_penalty
         if self.seed is not None:
             p["seed"] = self.seed
         return p

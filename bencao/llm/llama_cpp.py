@@ -157,6 +157,8 @@ class LlamaCppClient(BaseClient):
             kw["seed"] = int(params["seed"])
         if params.get("stop"):
             kw["stop"] = params["stop"]
+        if params.get("repetition_penalty"):
+            kw["repeat_penalty"] = float(params["repetition_penalty"])
         schema = params.get("json_schema")
         if schema:
             kw["response_format"] = {"type": "json_object", "schema": schema}

@@ -170,6 +170,8 @@ class LocalHFClient(BaseClient):
             gen_kwargs.update(do_sample=True, temperature=temperature, top_p=float(params.get("top_p", 1.0)))
         else:
             gen_kwargs.update(do_sample=False)
+        if params.get("repetition_penalty") and float(params["repetition_penalty"]) != 1.0:
+            gen_kwargs["repetition_penalty"] = float(params["repetition_penalty"])
         with self._lock:
             if params.get("seed") is not None:
                 torch.manual_seed(int(params["seed"]))

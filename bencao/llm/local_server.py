@@ -90,6 +90,7 @@ def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: f
         max_tokens: int | None = None
         seed: int | None = None
         stop: list[str] | str | None = None
+        repetition_penalty: float | None = None
         logprobs: bool | None = None
         top_logprobs: int | None = None
         response_format: dict[str, Any] | None = None
@@ -122,7 +123,8 @@ def create_app(client: LLMClient, model_name: str | None = None, *, latency_s: f
             if latency_s > 0:
                 await asyncio.sleep(latency_s)
             params = {k: v for k, v in {"temperature": req.temperature, "top_p": req.top_p, "max_tokens": req.max_tokens,
-                                        "seed": req.seed, "stop": req.stop}.items() if v is not None}
+                                        "seed": req.seed, "stop": req.stop, "repetition_penalty": req.repetition_penalty}.items()
+                      if v is not None}
             messages = [m.model_dump() for m in req.messages]
             prefix = ""
             if req.continue_final_message:

@@ -64,7 +64,7 @@ class OpenAIClient(BaseClient):
 
     async def _acall_once(self, messages: list[Message], params: dict[str, Any]) -> Completion:
         body = {"model": self.model, "messages": messages,
-                **{k: params[k] for k in ("temperature", "top_p", "max_tokens", "seed", "stop") if k in params}}
+                **{k: params[k] for k in ("temperature", "top_p", "max_tokens", "seed", "stop", "repetition_penalty") if k in params}}
         if params.get("json_schema") and self.supports_json_schema:
             body["response_format"] = {"type": "json_schema", "json_schema": {"name": "reply", "schema": params["json_schema"]}}
         resp = await self._post(body)
