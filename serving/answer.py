@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from bencao.config import field
-from bencao.prompting import defuse_fence
+from bencao.prompting import quoted_line
 from bencao.retrieval.evidence import Evidence, path_heading
 from bencao.text import lang_of
 
@@ -125,8 +125,8 @@ def evidence_parts(evidence: Evidence | None, cfg: AnswerConfig, lang: str) -> d
         if len(text) > cfg.max_snippet_chars:
             text = text[: cfg.max_snippet_chars] + "…"
         snippets.append(f"[{r['n']}] {r['heading']}{' ' + gen if r['generated'] else ''}: {text}")
-    # the prompt fences evidence between <evidence> and </evidence>: a passage cannot close the fence early
-    return {k: [defuse_fence(line, "evidence") for line in v]
+    # the prompt fences evidence between <evidence-NONCE> lines: one line per item, normalised, look-alike tags defused
+    return {k: [quoted_line(line, "evidence") for line in v]
             for k, v in (("paths", paths), ("triples", triples), ("entities", ents), ("snippets", snippets))}
 
 
