@@ -33,6 +33,7 @@ import numpy as np
 
 from bencao.config import field, from_dict, load_config, read_yaml, to_dict
 from bencao.errors import BencaoError, ConfigError
+from bencao.faults import fault
 from bencao.io import atomic_write_json, content_hash
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.dense import DenseIndex, DenseParams
@@ -321,6 +322,7 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
                 items.lex = []
                 lex_meta[kind]["generation"] = state["generation"]
                 atomic_write_json(lex_dir / "meta.json", lex_meta)
+                fault("index.lexical")  # crash tests: one kind's lexical index written, the manifest not yet told
                 summary["lexical"][kind] = lex_meta[kind]["n"]
                 gen_record["lexical"][kind] = state["generation"]
             if want_dense:
@@ -351,6 +353,7 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
     finally:
         if cache is not None:
             cache.close()
+    fault("index.written")  # crash tests: every index file written, the manifest's record not yet
     m = graph.read_manifest()
     embedders = dict(m.get("embedders") or {})
     if summary["dense"]:
