@@ -81,6 +81,11 @@ def index(
 
     con = _console()
     with writer_lock(graph), Graph.open(graph) as g:
+        if force:  # the repair of a damaged manifest (its one-line error names this command)
+            why = g.repair_manifest()
+            if why:
+                typer.echo(f"warning: {g.manifest_path()} was damaged ({why}); kept as {g.manifest_path().name}.damaged, "
+                           "a new one written from the store; rebuilding every index", err=True)
         cfg = resolve_index_config(g, config, cliopts.merged(overrides, set_))
         summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"index {kind}: {i}/{n}", end="\r"))
     typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))

@@ -82,7 +82,7 @@ def store_key(directory: str | Path) -> tuple[str, int, int] | None:
     try:
         real = os.path.realpath(path)
         ino = os.stat(real).st_ino
-        conn = sqlite3.connect(f"file:{real}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(read_only_uri(real), uri=True, timeout=1.0)
         try:
             r = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         finally:
@@ -90,6 +90,79 @@ def store_key(directory: str | Path) -> tuple[str, int, int] | None:
     except (OSError, sqlite3.Error):
         return None
     return (real, ino, int(r[0]) if r else 0)
+
+
+def folder_writable(directory: str | Path) -> bool:
+    """Can this process create files in ``directory``? False on a read-only mount and in a folder without write permission."""
+    return os.access(directory, os.W_OK)
+
+
+def read_only_uri(path: str | Path) -> str:
+    """The URI that opens the store at ``path`` for reading.
+
+    A WAL-mode store needs its WAL index (``-shm``) even to be read, and SQLite makes that file beside
+    the store: in a folder this process cannot write to (a read-only mount, a container image, a shared
+    folder), opening a cleanly closed graph fails with "unable to open database file". There the store
+    is opened ``immutable``: read as it is on disk, no locks, no WAL index. A store that was not closed
+    cleanly (a non-empty ``-wal`` beside it) is opened normally, so its last commits are not skipped."""
+    from urllib.parse import quote
+
+    path = Path(path)
+    uri = f"file:{quote(str(path))}?mode=ro"
+    if folder_writable(path.parent):
+        return uri
+    wal = Path(f"{path}-wal")
+    try:
+        pending = wal.stat().st_size > 0
+    except OSError:
+        pending = False
+    return uri if pending else uri + "&immutable=1"
+
+
+DAMAGED_MANIFEST = MANIFEST_NAME + ".damaged"
+#: The manifest's records that must be objects (or lists) when present.
+_MANIFEST_SHAPES = {"counts": dict, "embedders": dict, "indexes": dict, "history": list, "build": dict}
+
+
+def manifest_problem(path: str | Path) -> str | None:
+    """What is wrong with the manifest at ``path`` (unreadable, not UTF-8 JSON, not an object, a record of the wrong
+    shape), or None when it reads as a manifest."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for key, shape in _MANIFEST_SHAPES.items():
+        if key in data and not isinstance(data[key], shape):
+            return f"its {key!r} record is a {type(data[key]).__name__}, not a{'n object' if shape is dict else ' list'}"
+    idx = data.get("indexes") or {}
+    for key in ("generation", "config", "lexical", "dense"):
+        if key in idx and idx[key] is not None and not isinstance(idx[key], dict):
+            return f"its indexes.{key} record is a {type(idx[key]).__name__}, not an object"
+    return None
+
+
+#: Stores this process opened (the newest last): what a "database disk image is malformed" met later is about.
+_OPENED: list[Path] = []
+
+
+def damaged_store_error(path: str | Path, exc: BaseException) -> BencaoError:
+    """The one-line error for a store SQLite cannot read (truncated, overwritten, not a database)."""
+    return BencaoError(f"{path}: the graph store is damaged ({exc}); it cannot be repaired in place: rebuild the graph with "
+                       f"`bencao graph build --config RECIPE --graph {Path(path).parent}` (or restore the folder from a backup)")
+
+
+def damaged_store_message(exc: BaseException) -> str | None:
+    """For the CLI: the one line for a damage error SQLite raised while reading a store this process opened."""
+    text = str(exc)
+    if not isinstance(exc, sqlite3.DatabaseError) or not any(w in text for w in ("malformed", "not a database", "disk I/O error")):
+        return None
+    return str(damaged_store_error(_OPENED[-1] if _OPENED else DB_NAME, exc))
 
 
 def _now() -> str:
@@ -433,8 +506,21 @@ class Graph:
             if create:
                 return cls.create(directory)
             raise BencaoError(f"{directory}: no graph here (expected {DB_NAME}); build one with `bencao graph build`")
-        g = cls._connect(directory, read_only=read_only)
-        row = g.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if not read_only and not folder_writable(directory):  # a read-only mount: read what can be read, refuse writes in write()
+            read_only = True
+        try:
+            g = cls._connect(directory, read_only=read_only)
+            row = g.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # an empty file, or another program's database
+                raise damaged_store_error(directory / DB_NAME, f"no graph tables in it: {exc}") from None
+            if "unable to open" not in str(exc):
+                raise
+            raise BencaoError(f"{directory / DB_NAME}: cannot be opened ({exc}): its folder is read-only and the store was not "
+                              f"closed cleanly (a {DB_NAME}-wal is beside it); open it once where the folder is writable (e.g. "
+                              f"`bencao graph stats --graph DIR` on a writable copy) to fold the WAL in, then serve that copy") from None
+        except sqlite3.DatabaseError as exc:
+            raise damaged_store_error(directory / DB_NAME, exc) from None
         version = int(row[0]) if row else None
         if version != SCHEMA_VERSION:
             raise BencaoError(f"{directory}: graph schema version {version} is not the supported version {SCHEMA_VERSION}; rebuild it")
@@ -444,7 +530,7 @@ class Graph:
     def _connect(cls, directory: Path, read_only: bool = False) -> "Graph":
         path = directory / DB_NAME
         if read_only:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False, isolation_level=None)
         else:
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -454,6 +540,8 @@ class Graph:
         conn.row_factory = sqlite3.Row
         g = cls(directory, conn, read_only=read_only)
         g._db_ino = os.stat(path).st_ino
+        _OPENED.append(path)
+        del _OPENED[:-8]
         return g
 
     def close(self) -> None:
@@ -530,6 +618,9 @@ class Graph:
         """
         from bencao.retrieval.graph.versions import writer_lock
 
+        if self.read_only:
+            why = "its folder is read-only" if not folder_writable(self.dir) else "it was opened read-only"
+            raise BencaoError(f"{self.dir}: this command writes to the graph, and {why}; run it where the graph is writable")
         with self._lock, writer_lock(self.dir):
             c = self.conn
             try:
@@ -856,10 +947,28 @@ class Graph:
         return self.dir / MANIFEST_NAME
 
     def read_manifest(self) -> dict[str, Any]:
+        """The manifest; {} when there is none. A damaged one (truncated, not JSON, not an object, a record of the
+        wrong shape) is a one-line error naming the file and the repair."""
         p = self.manifest_path()
         if not p.exists():
             return {}
+        why = manifest_problem(p)
+        if why is not None:
+            raise BencaoError(f"{p}: damaged manifest ({why}); repair it with `bencao graph index --graph {self.dir} --force` "
+                              f"(it keeps the damaged file as {DAMAGED_MANIFEST} and writes a new manifest from the store)")
         return json.loads(p.read_text(encoding="utf-8"))
+
+    def repair_manifest(self) -> str | None:
+        """A damaged manifest moved aside (``manifest.json.damaged``) and a new one written from the store; returns the
+        problem it had, or None when it was sound. What only the old one knew (the recorded index configuration and
+        history) is lost: the caller rebuilds the indexes."""
+        p = self.manifest_path()
+        why = manifest_problem(p) if p.exists() else None
+        if why is None:
+            return None
+        os.replace(p, self.dir / DAMAGED_MANIFEST)
+        self.write_manifest("repair", {"damaged_manifest": why, "kept_as": DAMAGED_MANIFEST})
+        return why
 
     def write_manifest(self, op: str, detail: dict[str, Any] | None = None, **updates: Any) -> dict[str, Any]:
         """Refresh counts, append one history entry and apply top-level ``updates`` (e.g. ``indexes``)."""

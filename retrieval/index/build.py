@@ -212,6 +212,9 @@ def stale_reasons(graph: Graph, cfg: IndexConfig | None = None) -> list[str]:
     if rec.get("store") != now["store"]:
         return ["the indexes were built for another store (the graph was rebuilt)"]
     out = []
+    dense_dir = graph.dir / "index" / str(m.get("embedder") or "")
+    files = {"lexical": lambda k: [graph.dir / "lexical" / k / "ids.json"],
+             "dense": lambda k: [dense_dir / f"{k}.faiss", dense_dir / f"{k}.ids.json"]}
     for family, kinds in (("lexical", cfg.kinds), ("dense", cfg.dense_kinds)):
         for kind in kinds:
             g = (rec.get(family) or {}).get(kind)
@@ -219,6 +222,9 @@ def stale_reasons(graph: Graph, cfg: IndexConfig | None = None) -> list[str]:
                 out.append(f"no {family} {kind} index")
             elif g != now["generation"]:
                 out.append(f"{family} {kind} index at store generation {g}, the store at {now['generation']}")
+            elif any(not p.exists() for p in files[family](kind)):
+                missing = next(p for p in files[family](kind) if not p.exists())
+                out.append(f"{family} {kind} index recorded but {missing.relative_to(graph.dir)} is missing")
     if cfg.dense_kinds and m.get("embedder"):
         info = (graph.read_manifest().get("embedders") or {}).get(m["embedder"]) or {}
         try:
@@ -279,6 +285,12 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
         if done is not None:
             done["seconds"] = round(time.time() - t0, 2)
             return done
+        if graph.read_only:
+            from bencao.retrieval.graph.store import folder_writable
+
+            why = "its folder is read-only" if not folder_writable(graph.dir) else "the graph was opened read-only"
+            raise BencaoError(f"{graph.dir}: the indexes need building ({'; '.join(stale_reasons(graph, cfg)) or 'forced'}), and {why}; "
+                              f"run `bencao graph index --graph DIR` where the graph is writable")
         state = _state(graph)  # read before the items: a write during the build leaves the record behind, never ahead
         summary = _build(graph, cfg, eid, fp, state, force, progress)
         _prepare_query_caches(graph)

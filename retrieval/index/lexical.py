@@ -291,8 +291,16 @@ class LexicalIndex:
             else:  # an index written before the memory-mapped vocabulary
                 bm25 = bm25s.BM25.load(str(directory), show_progress=False, mmap=True)
         except Exception as exc:  # noqa: BLE001 - a damaged index is a user-facing state
-            raise BencaoError(f"{directory}: lexical index cannot be read ({exc}); rebuild with `bencao graph index`") from None
-        return cls(bm25, json.loads((directory / "ids.json").read_text(encoding="utf-8")))
+            raise BencaoError(f"{directory}: lexical index cannot be read ({_one_line(exc)}); rebuild it with "
+                              f"`bencao graph index --graph {directory.parent.parent} --force`") from None
+        try:
+            ids = json.loads((directory / "ids.json").read_text(encoding="utf-8"))
+            if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+                raise ValueError(f"a JSON {type(ids).__name__}, not a list of ids")
+        except (OSError, ValueError) as exc:
+            raise BencaoError(f"{directory / 'ids.json'}: damaged ({_one_line(exc)}); rebuild it with "
+                              f"`bencao graph index --graph {directory.parent.parent} --force`") from None
+        return cls(bm25, ids)
 
 
 class PostingsBuilder:
@@ -428,3 +436,7 @@ class TokenVocab:
 
     def __len__(self) -> int:
         return len(self.tids)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
