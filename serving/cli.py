@@ -132,7 +132,7 @@ def serve(
     graph: Path = GRAPH,
     config: Optional[Path] = CONFIG,
     host: Optional[str] = typer.Option(None, help="Interface to listen on (default api.host, 127.0.0.1)."),
-    port: Optional[int] = typer.Option(None, help="TCP port (default api.port, 8000)."),
+    port: Optional[int] = typer.Option(None, min=1, max=65535, help="TCP port, 1-65535 (default api.port, 8000)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer key required on /v1/*. A key given here is visible to every user of the machine in `ps` "
                                                                     "and stays in the shell history: prefer the environment variable ($BENCAO_API_KEY, see "
                                                                     "api.api_key_env), which this option overrides."),
