@@ -193,3 +193,6 @@ def infer(
 
         res = run_inference(pipeline, src, output, cfg.infer, progress=on_progress)
     typer.echo(f"answered {res['answered']} of {res['total']} questions ({res['skipped']} already in {output}) -> {output}")
+    if res["failed"]:  # an LLM endpoint down is not a finished run
+        raise BencaoError(f"{res['failed']} of {res['total']} questions got no answer: {res['error']}; nothing was written for them "
+                          f"and the same command asks them again")

@@ -74,13 +74,16 @@ def to_query(q: dict[str, Any]) -> Any:
 
 def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | Path, cfg: InferConfig | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, int]:
-    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered}``."""
+    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered, failed, error}``: ``failed``
+    counts the questions whose LLM request failed (not written: asked again when the run is resumed), ``error`` is
+    the first such failure."""
     cfg = cfg or InferConfig()
     questions = read_questions(questions_path)
     with JsonlAppender(output_path) as out:
         todo = [q for q in questions if q["id"] not in out.done_ids]
         skipped = len(questions) - len(todo)
-        done = 0
+        done = failed = 0
+        first_error: str | None = None
         if progress:
             progress(0, len(todo))
         bs = max(1, cfg.batch_size)
@@ -101,8 +104,10 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
                     done += 1
                     continue
                 a = answers[q["id"]].to_dict()
-                if a.get("error"):
-                    continue  # a failed LLM request: not written, retried when the run resumes
+                if a.get("error"):  # a failed LLM request: not written, retried when the run resumes
+                    failed += 1
+                    first_error = first_error or " ".join(str(a["error"]).split())[:300]
+                    continue
                 rec.update({k: a.get(k) for k in ("answer", "prediction", "citations", "abstained", "own_answer", "answered_by",
                                                   "query_triples")})
                 if cfg.evidence:
@@ -112,4 +117,4 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
                 done += 1
             if progress:
                 progress(done, len(todo))
-    return {"total": len(questions), "skipped": skipped, "answered": done}
+    return {"total": len(questions), "skipped": skipped, "answered": done, "failed": failed, "error": first_error}
