@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from bencao.errors import ConfigError
+from bencao.io import INVISIBLE
 
 #: The answering pipeline's prompts.
 PROMPTS_DIR = Path(__file__).with_name("prompts")
@@ -37,11 +38,6 @@ FENCES = ("evidence", "contexts", "candidates")
 NONCE_HEX = 16
 _NONCE_RE = re.compile(rf"\b({'|'.join(FENCES)})-[0-9a-f]{{{NONCE_HEX}}}\b")
 
-#: Characters that print as nothing (format characters: zero-width space/joiners, soft hyphen, word
-#: joiner, BOM, invisible operators, tags; bidirectional controls; Hangul fillers; the combining
-#: grapheme joiner; variation selectors): removed from quoted text before it reaches a model.
-_INVISIBLE = re.compile("[\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064"
-                        "\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
 #: Line and paragraph separators and C0/C1 controls other than tab and newline: one space.
 _CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 #: What can stand for ``<``, ``/`` and ``>`` in a look-alike tag once NFKC has folded the full-width forms.
@@ -78,7 +74,7 @@ def clean_quoted(text: str) -> str:
     full-width punctuation of Chinese prose kept), invisible and bidirectional characters removed, control
     characters and line/paragraph separators made spaces."""
     text = _NFKC_RUNS.sub(lambda m: unicodedata.normalize("NFKC", m.group(0)), text)
-    text = _INVISIBLE.sub("", text)
+    text = INVISIBLE.sub("", text)
     return _CONTROLS.sub(" ", text)
 
 

@@ -220,8 +220,8 @@ class DocumentBuilder:
         self.source = source
         self.kind = kind
         self.format = format
-        self.title = title
-        self.licence = licence
+        self.title = clean_title(title, "document title") or None if title else title  # a 1 MB --title is cut like a heading
+        self.licence = clean_title(licence, "licence") or None if licence else licence
         self.meta = dict(meta or {})
         self.sections: list[tuple] = []
         self.snippets: list[tuple] = []
