@@ -14,8 +14,9 @@ uvicorn's h11 protocol with these additions:
   their own timeout, ``api.body_timeout_s``, and answers their time budget);
 - a head size limit: a request head over ``max_header_bytes`` gets 431, however it arrived;
 - a per-client cap: one client address holds at most ``per_client`` connections. A new one beyond it
-  closes that client's oldest connection that has waited for a request for at least
-  :data:`IDLE_GRACE_S` (an idle socket, not one whose request is about to arrive); when there is none,
+  closes that client's oldest connection that was never used and has waited for a request for at least
+  :data:`IDLE_GRACE_S` (an idle socket, not one whose request is about to arrive, nor a keep-alive
+  connection its client may be reusing at that moment); when there is none,
   the new connection is kept and its request answered at once with 429 and ``Retry-After`` (and the
   connection closed): a client behind a NAT or a proxy gets a reply it can retry on, never a bare
   close. Addresses in ``trusted`` (reverse proxies, ``api.trusted_proxies``) are not capped: their
@@ -114,8 +115,10 @@ def guarded_protocol(header_timeout_s: float, per_client: int, max_connections: 
             return getattr(self, "_guard_idle", False) and self.cycle is self._guard_cycle
 
         def _guard_idle_for(self, now: float) -> float:
-            """How long this connection has waited for a request head with nothing of it received (0 when it is busy)."""
-            if not self._guard_waiting() or self._guard_bytes:
+            """How long this connection, never used for a request, has waited for one with nothing of it received (0 when it
+            is busy, or a keep-alive connection between requests: its client may be reusing it this very moment, and
+            closing it would drop that request without a reply; uvicorn's keep-alive timeout ends those)."""
+            if not self._guard_waiting() or self._guard_bytes or self._guard_served:
                 return 0.0
             return now - self._guard_since
 
@@ -154,6 +157,7 @@ def guarded_protocol(header_timeout_s: float, per_client: int, max_connections: 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._guard_over_cap = False
+            self._guard_served = 0
             self._guard_inner, self.app = self.app, self._guard_app
             self._guard_arm()
             peer = self.client[0] if self.client else None
@@ -182,6 +186,7 @@ def guarded_protocol(header_timeout_s: float, per_client: int, max_connections: 
                 self._guard_disarm()  # a request head arrived: the request's own limits take over
 
         def on_response_complete(self) -> None:
+            self._guard_served += 1
             super().on_response_complete()
             if self.transport.is_closing():
                 self._guard_disarm()

@@ -75,6 +75,27 @@ def test_fresh_connections_of_one_address_are_not_evicted_before_their_request_a
             s.close()
 
 
+def test_a_keep_alive_connection_between_requests_is_never_evicted_for_the_cap():
+    """Its client may be sending the next request at that very moment: closing it would drop that request unanswered."""
+    from bencao.serving.api import ApiConfig
+    from bencao.serving.guard import IDLE_GRACE_S
+
+    api = ApiConfig(max_connections_per_client=1, keep_alive_timeout_s=30.0, header_timeout_s=30.0)
+    with _uvicorn(api) as (_base, port, _server):
+        kept = socket.create_connection(("127.0.0.1", port))
+        kept.sendall(_head())
+        assert _status(_closed(kept, 0.5)[1]) == 200
+        time.sleep(IDLE_GRACE_S + 0.3)  # idle between requests, past the grace
+        newer = socket.create_connection(("127.0.0.1", port))
+        newer.sendall(_head())
+        assert _status(_closed(newer, 3.0)[1]) == 429  # the newcomer waits its turn ...
+        kept.sendall(_head())
+        done, got = _closed(kept, 1.0)
+        assert not done and _status(got) == 200  # ... the reused connection is answered
+        kept.close()
+        newer.close()
+
+
 def test_many_clients_from_one_address_get_a_reply_for_every_request():
     import httpx
 
