@@ -109,6 +109,12 @@ def test_a_cleanly_closed_graph_on_a_read_only_folder_answers_and_refuses_writes
         assert rc == 2 and err.count("\n") == 1 and "read-only" in err and str(ro) in err, err
         rc, _out, err = _run(capsys, "graph", "remove", "--graph", str(ro), next(iter(_documents(g))))
         assert rc == 2 and "read-only" in err, err
+        rc, _out, err = _run(capsys, "graph", "index", "--graph", str(ro), "--force")
+        assert rc == 2 and err.count("\n") == 1 and "read-only" in err, err
+        (tmp_path / "r.yaml").write_text(f"name: r\nroot: {REPO}\nindex: false\nsources:\n  - format: catalog-csv\n"
+                                         "    path: data/sample/mfh_catalog/mfh_catalog_106.csv\n", encoding="utf-8")
+        rc, _out, err = _run(capsys, "graph", "build", "-c", str(tmp_path / "r.yaml"), "--graph", str(ro / "inner"))
+        assert rc == 2 and err.count("\n") == 1 and "read-only" in err, err
     assert _documents(g)  # nothing changed
 
 

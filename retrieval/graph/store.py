@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -38,6 +38,10 @@ from bencao.text import norm_key
 SCHEMA_VERSION = 1
 DB_NAME = "graph.sqlite"
 MANIFEST_NAME = "manifest.json"
+
+#: A streamed document (its loader calls ``DocumentBuilder.checkpoint``) spills into its open transaction
+#: whenever the builder holds this many entities and snippets.
+SPILL_ITEMS = 20_000
 
 #: When several sources give a triple different layers, the most trusted wins.
 LAYER_PRECEDENCE = ("imported", "book", "personal", "completed")
@@ -243,6 +247,58 @@ class DocumentBuilder:
         self.conflicts: list[tuple[str, str, str | None, str, str | None]] = []
         #: what normalisation and checks changed or found (shown in the add's summary when not zero)
         self.notes: dict[str, int] = {}
+        # -- streaming (a loader that calls checkpoint() between batches): what was spilled into the open transaction
+        self._tx: contextlib.ExitStack | None = None
+        self._spilled: Counter[str] = Counter()
+        self._merged_entities: set[str] = set()  # entities this document gave again after a spill (their views are refreshed)
+        self._known: "OrderedDict[str, bool]" = OrderedDict()  # spilled entity ids a later triple used (bounded)
+
+    # -- streaming
+    @property
+    def spilled(self) -> bool:
+        return self._tx is not None
+
+    def checkpoint(self) -> bool:
+        """Called by a loader between batches of records. Once the builder holds :data:`SPILL_ITEMS` entities and
+        snippets, they (with their aliases, triples and sources) are written into the store inside the
+        document's one write transaction, opened now and committed by ``Graph.commit``, and dropped from memory:
+        a large file streams in bounded memory and still lands all or nothing. True when it spilled (a loader may then
+        forget what it kept of the records so far: it is in the store, readable through this graph's connection)."""
+        if len(self.entities) + len(self.snippets) >= SPILL_ITEMS and not self.graph.read_only:
+            self.graph._spill(self)
+            return self._tx is not None
+        return False
+
+    def abort(self) -> None:
+        """Roll back what a streamed document spilled (its transaction); nothing when it spilled nothing."""
+        tx, self._tx = self._tx, None
+        if tx is not None:
+            import sys
+
+            tx.__exit__(*(sys.exc_info() if sys.exc_info()[0] is not None else (BencaoError, BencaoError("aborted"), None)))
+
+    def _has_entity(self, eid: str) -> bool:
+        if eid in self.entities:
+            return True
+        if self._tx is None:
+            return False
+        if eid in self._known:
+            self._known.move_to_end(eid)
+            return True
+        found = self.graph.conn.execute("SELECT 1 FROM entities WHERE id=?", (eid,)).fetchone() is not None
+        if found:
+            self._known[eid] = True
+            if len(self._known) > 10_000:
+                self._known.popitem(last=False)
+        return found
+
+    def _drop_spilled(self) -> None:
+        for name, held in (("sections", self.sections), ("snippets", self.snippets), ("entities", self.entities),
+                           ("triples", self.triples), ("aliases", self.aliases), ("links", self.links)):
+            self._spilled[name] += len(held)
+        self.sections, self.snippets = [], []
+        self.entities, self.aliases, self.triples, self.triple_sources, self.links = {}, {}, {}, {}, {}
+        self._local_names, self._graph_names = {}, {}
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
@@ -325,8 +381,10 @@ class DocumentBuilder:
             q = ",".join("?" * len(chunk))
             best: dict[str, tuple[int, int, str]] = {}
             for norm, eid, is_name, rowid in self.graph.conn.execute(
-                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a JOIN entities e ON e.id = a.entity_id "
-                    f"WHERE a.norm IN ({q}) AND e.type=? AND e.layer != 'case'", (*chunk, type_)):
+                    # CROSS JOIN and +e.type keep SQLite on the aliases key: with no statistics it may scan every entity
+                    # of the type instead (50 s for 15 lookups once a streamed catalogue had spilled 20 k substances)
+                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a CROSS JOIN entities e ON e.id = a.entity_id "
+                    f"WHERE a.norm IN ({q}) AND +e.type=? AND e.layer != 'case'", (*chunk, type_)):
                 rank = (-int(is_name), rowid, eid)
                 if norm not in best or rank < best[norm]:
                     best[norm] = rank
@@ -357,7 +415,7 @@ class DocumentBuilder:
         if not 0.0 <= confidence <= 1.0:
             raise ValueError(f"confidence {confidence} outside [0, 1]")
         for eid in (head_id, tail_id):
-            if eid not in self.entities:
+            if not self._has_entity(eid):
                 raise KeyError(f"entity {eid} must be added to the builder before a triple uses it")
         if relation not in self.relations:
             self.relations[check_name(relation, "relation name")] = (relation, None, None, None)
@@ -393,8 +451,10 @@ class DocumentBuilder:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
-                "aliases": len(self.aliases), "triples": len(self.triples), **{k: v for k, v in self.notes.items() if v}}
+        sp = self._spilled
+        return {"sections": sp["sections"] + len(self.sections), "snippets": sp["snippets"] + len(self.snippets),
+                "entities": sp["entities"] + len(self.entities), "aliases": sp["aliases"] + len(self.aliases),
+                "triples": sp["triples"] + len(self.triples), **{k: v for k, v in self.notes.items() if v}}
 
     def hierarchy_cycles(self, relation: str) -> list[list[str]]:
         """Cycles of ``relation`` among this document's triples (``a is_a b is_a a``, ``a is_a a``): the
@@ -561,7 +621,23 @@ class Graph:
         return self.conn.execute("SELECT 1 FROM documents WHERE id=?", (document_id,)).fetchone() is not None
 
     def commit(self, b: DocumentBuilder) -> bool:
-        """Write a built document in one transaction. Returns False when it was already present."""
+        """Write a built document in one transaction. Returns False when it was already present.
+
+        A streamed document (one that spilled, :meth:`DocumentBuilder.checkpoint`) has its transaction open
+        already: the rest is written into it, the merged views of what it shares are refreshed, and it commits."""
+        if b.spilled:
+            try:
+                with self._lock:
+                    self._write_rows(b, merge=True)
+                    self.conn.execute("UPDATE documents SET title=?, licence=?, meta=?, status='ready' WHERE id=?",
+                                      (b.title, b.licence, json.dumps(b.meta, ensure_ascii=False), b.document_id))
+                    self._refresh_document_views(b)
+            except BaseException:
+                b.abort()
+                raise
+            tx, b._tx = b._tx, None
+            tx.close()  # COMMIT (the write() block ends normally)
+            return True
         with self._lock:
             if self.has_document(b.document_id):
                 return False
@@ -571,43 +647,108 @@ class Graph:
                     "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
                 )
-                faults.call("sqlite.write")
-                c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
-                faults.call("sqlite.write")
-                c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
-                ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
-                c.executemany(
-                    "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
-                    ((e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
-                )
-                c.executemany(
-                    "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
-                    ((e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
-                )
-                faults.call("sqlite.write")
-                c.executemany(
-                    "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
-                    ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
-                )
-                c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
-                faults.call("sqlite.write")
-                c.executemany(
-                    "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    iter(b.triples.values()),
-                )
-                c.executemany(
-                    "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    iter(b.triple_sources.values()),
-                )
-                c.executemany(
-                    "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
-                    [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
-                )
+                self._write_rows(b, merge=False)
                 # Entities and triples that existed before this document: refresh merged views.
                 # (a source that says nothing of an entity, e.g. a relation file naming it, changes no merged view)
                 self._refresh_entities([e.id for e in b.entities.values() if e.attributes or e.description], only_shared=True)
                 self._refresh_triples(list(b.triples), only_shared=True)
         return True
+
+    def _spill(self, b: DocumentBuilder) -> None:
+        """Write what ``b`` holds into its document's transaction (opened on the first spill) and drop it from ``b``."""
+        with self._lock:
+            if b._tx is None:
+                if self.has_document(b.document_id):
+                    return  # already in the graph: commit() will say so
+                tx = contextlib.ExitStack()
+                tx.enter_context(self.write())
+                b._tx = tx
+                try:
+                    self.conn.execute(
+                        "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                        (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "loading", "{}", _now()))
+                except BaseException:
+                    b.abort()
+                    raise
+            try:
+                self._write_rows(b, merge=True)
+            except BaseException:
+                b.abort()
+                raise
+            b._drop_spilled()
+
+    def _write_rows(self, b: DocumentBuilder, merge: bool) -> None:
+        """The rows ``b`` holds (its documents row is written already). ``merge``: the document may have written some
+        of these entities and triple sources in an earlier spill; they are merged (attributes united, the higher
+        confidence kept), not inserted twice."""
+        c = self.conn
+        faults.call("sqlite.write")
+        c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
+        faults.call("sqlite.write")
+        c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
+        ents = list(b.entities.values())
+        ent_attrs = {e.id: json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in ents}
+        c.executemany(
+            "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
+            ((e.id, e.name, e.norm, e.type, e.layer, ent_attrs[e.id], e.description) for e in ents),
+        )
+        earlier: dict[str, tuple[str, str | None]] = {}
+        if merge and b.spilled:
+            for chunk in _chunks([e.id for e in ents], 500):
+                q = ",".join("?" * len(chunk))
+                for eid, attrs, desc in c.execute(f"SELECT entity_id, attributes, description FROM entity_sources WHERE document_id=? "
+                                                  f"AND entity_id IN ({q})", (b.document_id, *chunk)):
+                    earlier[eid] = (attrs, desc)
+        if earlier:
+            updates = []
+            for e in ents:
+                if e.id in earlier:
+                    old_attrs, old_desc = earlier[e.id]
+                    merged = merge_attributes([json.loads(old_attrs), e.attributes])
+                    updates.append((json.dumps(merged, ensure_ascii=False) if merged else "{}", old_desc or e.description, e.id, b.document_id))
+            c.executemany("UPDATE entity_sources SET attributes=?, description=? WHERE entity_id=? AND document_id=?", updates)
+            b._merged_entities.update(earlier)
+        new = [e for e in ents if e.id not in earlier]
+        c.executemany("INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
+                      ((e.id, b.document_id, ent_attrs[e.id], e.description) for e in new))
+        faults.call("sqlite.write")
+        c.executemany(
+            "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
+            ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
+        )
+        c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
+        faults.call("sqlite.write")
+        c.executemany(
+            "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+            iter(b.triples.values()),
+        )
+        sources = list(b.triple_sources.values())
+        if merge and b.spilled:  # a source this document wrote in an earlier spill: keep the higher confidence
+            c.executemany("UPDATE triples SET confidence=? WHERE id=? AND confidence < ? AND layer != 'completed'",
+                          ((t[4], t[0], t[4]) for t in b.triples.values()))
+            c.executemany("UPDATE triple_sources SET confidence=?, layer=?, origin=?, attributes=? WHERE triple_id=? AND document_id=? "
+                          "AND COALESCE(snippet_id, '')=? AND confidence < ?",
+                          ((src[4], src[5], src[6], src[7], src[0], src[1], src[2] or "", src[4]) for src in sources))
+        c.executemany(
+            "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+            iter(sources),
+        )
+        c.executemany(
+            "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
+            [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
+        )
+
+    def _refresh_document_views(self, b: DocumentBuilder) -> None:
+        """A streamed document's merged views: what it shares with other documents, and what it gave twice itself."""
+        c = self.conn
+        ents = c.execute("SELECT entity_id FROM entity_sources WHERE document_id=? AND (attributes != '{}' OR description IS NOT NULL)",
+                         (b.document_id,))
+        while chunk := [r[0] for r in ents.fetchmany(20_000)]:  # a cursor read in pieces: a million ids are never held at once
+            self._refresh_entities(chunk, only_shared=True)
+        self._refresh_entities(sorted(b._merged_entities))
+        triples = c.execute("SELECT DISTINCT triple_id FROM triple_sources WHERE document_id=?", (b.document_id,))
+        while chunk := [r[0] for r in triples.fetchmany(20_000)]:
+            self._refresh_triples(chunk, only_shared=True)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -772,8 +913,8 @@ class Graph:
     def find_entity_id(self, norm: str, type_: str | None = None, exclude_layers: tuple[str, ...] = ()) -> str | None:
         """Id of an entity known under matching key ``norm`` (name first, then other aliases), of type ``type_``
         when given, in none of ``exclude_layers``."""
-        sql = ("SELECT a.entity_id FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
-               + (" AND e.type=?" if type_ else "") + "".join(" AND e.layer != ?" for _ in exclude_layers)
+        sql = ("SELECT a.entity_id FROM aliases a CROSS JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
+               + (" AND +e.type=?" if type_ else "") + "".join(" AND e.layer != ?" for _ in exclude_layers)
                + " ORDER BY (a.kind='name') DESC, e.rowid LIMIT 1")
         r = self.conn.execute(sql, (norm, *([type_] if type_ else []), *exclude_layers)).fetchone()
         return r[0] if r else None

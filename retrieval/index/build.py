@@ -321,14 +321,16 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
             t_kind = time.time()
             if progress:  # reading and the lexical build take minutes at corpus scale: say which kind is under way
                 progress(f"{kind} (reading)", 0, 1)
-            items = _read_items(kind, graph, cfg.embedder if want_dense else None, want_lex)
+            items = _read_items(kind, graph, cfg.embedder if want_dense else None, False)  # lexical texts: streamed below
             log.info("%s: %d items read in %.1fs", kind, len(items.ids), time.time() - t_kind)
             if want_lex:
                 lh = items.hash + LEXICAL_ANALYZER
                 if force or lex_meta.get(kind, {}).get("hash") != lh or not (lex_dir / kind / "ids.json").exists():
                     if progress:
                         progress(f"{kind} (lexical, {len(items.ids):,} items)", 0, 1)
-                    LexicalIndex.build(iter_analyzed(items.lex, lex_memo), items.ids).save(lex_dir / kind)
+                    # a second read of the items, streamed: a million texts are never held beside their tokens
+                    lex = (it.lex_parts or it.lex for it in ITEM_SOURCES[kind](graph))
+                    LexicalIndex.build(iter_analyzed(lex, lex_memo), items.ids).save(lex_dir / kind)
                     lex_meta[kind] = {"hash": lh, "n": len(items.ids)}
                     log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items.ids), time.time() - t_kind)
                 items.lex = []

@@ -95,6 +95,10 @@ def analyze_items(items: "Iterable[Item]", memo: dict[str, list[str]] | None = N
     return list(iter_analyzed((it.lex_parts or it.lex for it in items), memo))
 
 
+#: Most distinct parts :func:`iter_analyzed` remembers the tokens of (a million entity names would hold ~0.5 GB).
+MEMO_MAX = 200_000
+
+
 def iter_analyzed(sources: "Iterable[str | tuple[str, ...]]", memo: dict[str, list[str]] | None = None) -> Iterator[list[str]]:
     """Tokens of each item's lexical text, one list at a time: a string is analysed whole; a tuple
     of parts (an item's ``lex_parts``) gets the tokens of its parts, each distinct part analysed
@@ -104,6 +108,8 @@ def iter_analyzed(sources: "Iterable[str | tuple[str, ...]]", memo: dict[str, li
     Chinese one is split by the word pattern rather than by jieba."""
     memo = {} if memo is None else memo
     for src in sources:
+        if len(memo) > MEMO_MAX:  # bounded: a miss only costs analysing the part again
+            memo.clear()
         if isinstance(src, str):
             yield analyze(src)
             continue
