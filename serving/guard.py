@@ -173,8 +173,10 @@ def guarded_protocol(header_timeout_s: float, per_client: int, max_connections: 
                     else:  # all of this client's connections are busy or about to be: this one's request gets 429
                         self._guard_over_cap = True
             if self.guard_max_connections > 0 and len(others) + 1 >= self.guard_max_connections:
+                # never-used sockets idle past the grace first, then other never-used ones, keep-alive connections between
+                # requests last (their client may be reusing one this very moment), oldest first within each
                 idle = sorted((c for c in others if c._guard_waiting()),
-                              key=lambda c: (c._guard_idle_for(now) < IDLE_GRACE_S, c._guard_since))  # long-idle ones first
+                              key=lambda c: (c._guard_served > 0, c._guard_idle_for(now) < IDLE_GRACE_S, c._guard_since))
                 for c in idle[: len(others) + 2 - self.guard_max_connections]:
                     c._guard_close()
 

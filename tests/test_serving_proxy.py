@@ -96,6 +96,24 @@ def test_a_keep_alive_connection_between_requests_is_never_evicted_for_the_cap()
         newer.close()
 
 
+def test_at_the_connection_limit_fresh_idle_sockets_go_before_a_keep_alive_connection():
+    from bencao.serving.api import ApiConfig
+
+    api = ApiConfig(max_connections=10, max_connections_per_client=0, keep_alive_timeout_s=30.0, header_timeout_s=30.0)
+    with _uvicorn(api) as (_base, port, _server):
+        kept = socket.create_connection(("127.0.0.1", port))
+        kept.sendall(_head())
+        assert _status(_closed(kept, 0.5)[1]) == 200
+        flood = [socket.create_connection(("127.0.0.1", port)) for _ in range(30)]  # 3x the limit, opened after it
+        time.sleep(0.2)
+        kept.sendall(_head())
+        done, got = _closed(kept, 1.0)
+        assert not done and _status(got) == 200, got  # the keep-alive connection survived the flood and is answered
+        assert sum(_closed(s, 0.0)[0] for s in flood) >= 30 - 10
+        for s in [kept, *flood]:
+            s.close()
+
+
 def test_many_clients_from_one_address_get_a_reply_for_every_request():
     import httpx
 
