@@ -187,7 +187,7 @@ def test_batch_inference_with_a_generator_shows_options_and_links_them(graph, re
     gen = ScriptedClient(lambda msgs: "A [1]")
     pipe = AnswerPipeline(graph, PipelineConfig(), retriever=Recording(retriever, "retrieve"), clients={'generator': gen})
     out = tmp_path / "a.jsonl"
-    assert run_inference(pipe, q, out, InferConfig(batch_size=2)) == {"total": 2, "skipped": 0, "answered": 2}
+    assert run_inference(pipe, q, out, InferConfig(batch_size=2)) == {"total": 2, "skipped": 0, "answered": 2, "failed": 0, "error": None}
     assert [kw.get("options") for _, kw in pipe.retriever.calls] == [["甘", "苦"], []]
     assert sum("大枣的味是？\nA. 甘\nB. 苦" in c[1]["content"] for c in gen.calls) == 1
     recs = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
