@@ -128,6 +128,23 @@ def test_missing_graph_is_a_one_line_error(tmp_path, capsys):
     assert "no graph here" in capsys.readouterr().err
 
 
+def test_an_llm_endpoint_that_is_down_is_a_failed_run_not_answered_0_of_3(graph, tmp_path, capsys):
+    """Issue 33 item 7: `infer` said "answered 0 of 3" and exited 0 when its generator could not be reached."""
+    from serving_helpers import free_port
+
+    q = _write(tmp_path / "q.jsonl", [{"id": f"q{i}", "question": f"{n}的性味是什么？"} for i, n in enumerate(_names(3))])
+    out = tmp_path / "a.jsonl"
+    down = f"qwen@http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    rc = main(["infer", str(q), "--output", str(out), "--graph", str(graph), "--llm", down, "--set", "generator.max_retries=0",
+               "--set", "generator.cache=none"])
+    cap = capsys.readouterr()
+    assert rc != 0, cap.out
+    assert "answered 0 of 3" in cap.out
+    err = cap.err.strip().splitlines()[-1]
+    assert err.startswith("error: 3 of 3 questions got no answer") and "asks them again" in err, cap.err
+    assert not out.exists() or out.read_text(encoding="utf-8") == ""  # nothing half-written: the rerun asks all three
+
+
 def test_killed_batch_inference_resumes_without_duplicates(graph, tmp_path):
     names = _names(40)
     q = _write(tmp_path / "q.jsonl", [{"id": f"q{i:02d}", "question": f"{n}的性味和功效是什么？"} for i, n in enumerate(names)])

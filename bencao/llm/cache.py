@@ -40,6 +40,11 @@ CREATE TABLE IF NOT EXISTS responses (
 
 
 def cache_key(model: str, messages: list[Message], params: dict[str, Any]) -> str:
+    """The request's key; the random nonces of a prompt's fence tags are blanked (the same evidence asked
+    again is the same request)."""
+    from bencao.prompting import without_nonces
+
+    messages = [{**m, "content": without_nonces(m["content"])} if isinstance(m.get("content"), str) else m for m in messages]
     blob = json.dumps({"model": model, "messages": messages, "params": params}, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
