@@ -112,9 +112,9 @@ def test_a_local_model_answers_a_dev_format_file_with_its_throughput(graph, tmp_
     m = re.search(r"3 questions in ([\d.]+) s \(([\d.e+-]+) questions/s\); LLM: (\d+) requests \(0 cached\), ([\d,]+) prompt tokens "
                   r"\(([\d,.]+)/s\), ([\d,]+) generated \(([\d,.]+)/s\)", line)
     assert m, line
-    assert int(m.group(3)) == 6  # a CoT request and a generator request per question
+    assert int(m.group(3)) == 6  # a CoT request and a generator request (the option letters scored) per question
     prompt, generated = int(m.group(4).replace(",", "")), int(m.group(6).replace(",", ""))
-    assert prompt > 6 * 10 and 0 < generated <= 6 * 6  # max_tokens=6 in both stages
+    assert prompt > 6 * 10 and 0 < generated <= 3 * 6  # max_tokens=6 for the CoT model; scoring letters generates nothing
     assert float(m.group(7).replace(",", "")) == pytest.approx(generated / float(m.group(1)), rel=0.1)
     assert main(args) == 0
     printed = capsys.readouterr().out
