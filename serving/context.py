@@ -31,16 +31,17 @@ class ContextConfig:
 
     budget_chars: int = field(0, help="Characters of evidence text (numbered items) given to the generator; 0 = no character budget "
                                       "(the answer.max_* counts limit it instead).")
-    order: list[str] = field(default_factory=lambda: ["facts", "passages", "paths", "entities"],
+    order: list[str] = field(default_factory=lambda: ["passages", "facts", "paths", "entities"],
                              help="The kinds of evidence in the order the budget is spent: facts (triples), passages (snippets), "
-                                  "paths (reasoning paths), entities (attributes of linked entities).")
+                                  "paths (reasoning paths), entities (attributes of linked entities). Passages first: a real small "
+                                  "reader given facts first scored below plain BM25's passages (bench/RESULTS.md, eval-llm).")
     min_item_chars: int = field(60, help="A passage is cut to fit the rest of the budget only when at least this much is left.")
     fact_sources: bool = field(True, help="After each fact, where it was read (the heading of its passage, or its books).")
     passage_mode: str = field("whole", help="whole: a passage from its start (cut to answer.max_snippet_chars) | excerpt: the "
                                             "passage's run of sentences that holds the most (and the rarest) words of the question, "
                                             "and for an option's passage the option, up to excerpt_chars — more passages fit a budget.")
     excerpt_chars: int = field(200, help="passage_mode excerpt: the longest excerpt of one passage, in characters.")
-    passage_order: str = field("evidence", help="evidence: passages in the retriever's fused order | lexical: the passages the "
+    passage_order: str = field("lexical", help="evidence: passages in the retriever's fused order | lexical: the passages the "
                                                 "question's own BM25 search found first, by that score (the strongest question-only "
                                                 "signal on the classics: bench/RESULTS.md), then the others in fused order.")
     options_first: bool = field(True, help="A question with options: the passages found for the options (one per option, in option "

@@ -31,11 +31,12 @@ def test_prompt_numbers_facts_passages_paths_and_attributes_in_one_citation_list
     assert [m["role"] for m in msgs] == ["system", "user"]
     user = msgs[1]["content"]
     assert "问题：大枣的性味是什么？" in user
-    # one numbered list: the knowledge-base fact first, then the passages, the path and the entity's attributes
-    assert "[1] 大枣味甘\n" in user
-    assert "[2] 神农本草经 › 卷一 › 上经 › 大枣：味甘，平。主心腹邪气，安中养脾。" in user
-    assert "[3] 食疗本草 › 卷上 › 枣：枣，味甘，温。" in user
-    assert "[4] 推理 › 大枣（模型生成的推理，非原文）：大枣甘平，补中。" in user  # teacher reasoning is cited as generated
+    # one numbered list: the passages first (the question's own BM25 hits, then fused order), then the knowledge-base
+    # fact, the path and the entity's attributes
+    assert "[1] 神农本草经 › 卷一 › 上经 › 大枣：味甘，平。主心腹邪气，安中养脾。" in user
+    assert "[2] 食疗本草 › 卷上 › 枣：枣，味甘，温。" in user
+    assert "[3] 推理 › 大枣（模型生成的推理，非原文）：大枣甘平，补中。" in user  # teacher reasoning is cited as generated
+    assert "[4] 大枣味甘\n" in user
     assert "[5] 推理路径：大枣 —has_flavour→ 甘" in user
     assert "[6] 大枣（substance）：" in user and "contraindications: 湿盛中满者慎用" in user and "effects: 补中益气、养血安神" in user
     assert user.index("[1] ") < user.index("[6] ") < user.rindex("回答")
@@ -48,8 +49,9 @@ def test_a_fact_names_the_passage_it_was_read_from_and_cites_like_a_passage():
     ev = _evidence()
     ev.triples[0].snippet_ids = ["P1"]
     ctx = generator_context(Query("大枣的性味是什么？"), ev)
-    assert ctx.items[0].line() == "[1] 大枣味甘〔神农本草经 › 卷一 › 上经 › 大枣〕"
-    cited = parse_reply("大枣味甘 [1]。", ctx.references()).citations
+    fact = next(it for it in ctx.items if it.kind == "fact")
+    assert fact.line() == f"[{fact.n}] 大枣味甘〔神农本草经 › 卷一 › 上经 › 大枣〕"
+    cited = parse_reply(f"大枣味甘 [{fact.n}]。", ctx.references()).citations
     assert cited[0]["kind"] == "fact" and cited[0]["snippet_id"] == "P1" and cited[0]["triple_id"] == "T1"
     assert cited[0]["text"].startswith("味甘，平")  # the passage that asserts the fact
 
@@ -57,15 +59,17 @@ def test_a_fact_names_the_passage_it_was_read_from_and_cites_like_a_passage():
 def test_a_character_budget_cuts_the_context_and_the_last_passage_fits():
     from bencao.serving.answer import generator_context
 
-    full = generator_context(Query("大枣的性味是什么？"), _evidence())
+    from bencao.serving.context import ContextConfig
+
+    facts_first = AnswerConfig(context=ContextConfig(order=["facts", "passages", "paths", "entities"]))
+    full = generator_context(Query("大枣的性味是什么？"), _evidence(), facts_first)
     for budget in (40, 60, 90):
-        ctx = generator_context(Query("大枣的性味是什么？"), _evidence(), budget_chars=budget)
+        ctx = generator_context(Query("大枣的性味是什么？"), _evidence(), facts_first, budget_chars=budget)
         assert 0 < len(ctx.text) <= budget and ctx.text.startswith("[1] 大枣味甘")
         assert len(ctx.items) < len(full.items) and ctx.truncated > 0
     # a passage is cut to what is left rather than dropped when at least min_item_chars remain
-    from bencao.serving.context import ContextConfig
-
-    ctx = generator_context(Query("大枣的性味是什么？"), _evidence(), AnswerConfig(context=ContextConfig(min_item_chars=10)), 30)
+    cfg = AnswerConfig(context=ContextConfig(min_item_chars=10, order=["facts", "passages", "paths", "entities"]))
+    ctx = generator_context(Query("大枣的性味是什么？"), _evidence(), cfg, 30)
     assert [it.kind for it in ctx.items] == ["fact", "passage"] and ctx.items[-1].text.endswith("…") and len(ctx.text) <= 30
 
 
@@ -74,7 +78,7 @@ def test_prompt_language_follows_question_and_limits_apply():
     en = build_messages(Query("What is the flavour of jujube?"), ev, AnswerConfig(max_snippets=1, max_snippet_chars=4))[1]["content"]
     assert en.startswith("Task: answer the question")
     assert "Question: What is the flavour of jujube?" in en
-    assert "[1] 大枣 has flavour 甘" in en and "[2] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，…" in en
+    assert "[1] 神农本草经 › 卷一 › 上经 › 大枣: 味甘，…" in en and "[2] 大枣 has flavour 甘" in en
     assert "食疗本草" not in en
 
 
