@@ -20,13 +20,25 @@ and the same evidence budget in characters:
 Accuracy (sd: the top letter is a gold one) per file with a 95 % percentile-bootstrap interval, and the paired
 differences (c)−(b), (c)−(a), (d)−(a), (d)−(b) with paired bootstrap intervals over records. Each (record,
 condition) is written as it is scored to ``OUT/<model>/<condition>.jsonl``; a rerun resumes. ``--half a|b`` keeps
-the records whose id hashes into that half (the other half is for choosing settings).
+the records whose id hashes into that half (the other half is for choosing settings, or for training:
+``bencao data mcq|cot --half a``).
+
+Training, measured (issue 34):
+
+- ``--compare-to DIR``: another run's folder (``OUT/<model>/<tag>`` of the model before training, the same
+  records and conditions): per condition and file, the paired difference this run − that run over the records
+  both scored, with a paired bootstrap interval.
+- ``--decompose N``: TCM-DiffRAG's decomposition check on the first N records of each file: the model is asked
+  for the question's knowledge triples exactly as the CoT model is asked in serving (``serving.cot.cot_messages``:
+  the question alone, greedy, ``--decompose-tokens``), the reply is parsed as serving parses it
+  (``parse_triples``), and each triple is checked: does its head name a graph entity (an exact alias match, the
+  personal layer left out) and is its relation one of the graph's schema relations? Written to
+  ``decompose.jsonl`` (resumable); with ``--compare-to``, paired before/after differences per question.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -35,16 +47,14 @@ from typing import Any
 
 import numpy as np
 
+from bencao.data_gen.leakage import half_of
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 CONDITIONS = ("closed", "bm25", "bencao", "full")
 LABEL = {"closed": "(a) closed book", "bm25": "(b) plain BM25 passages", "bencao": "(c) bencao, question only",
          "full": "(d) bencao, full recipe"}
 PAIRS = (("bencao", "bm25"), ("bencao", "closed"), ("full", "closed"), ("full", "bm25"))
-
-
-def half_of(rec_id: str) -> str:
-    return "a" if int(hashlib.sha256(rec_id.encode("utf-8")).hexdigest(), 16) % 2 == 0 else "b"
 
 
 def load(paths: list[str], limit: int | None, half: str | None) -> list[tuple[str, dict[str, Any]]]:
@@ -212,6 +222,151 @@ def table(records: list[tuple[str, dict[str, Any]]], outdir: Path, conditions: l
             + ", ".join(f"{c} {v:.0f}" for c, v in chars.items()) + ".  Most picked letters: " + "; ".join(letters) + ".")
 
 
+class Decomposer:
+    """The model as CoT model: question → triples, each checked against the graph (entity heads, schema relations)."""
+
+    def __init__(self, client: Any, graph: Any, max_tokens: int = 96):
+        from bencao.text import norm_key
+
+        self.client, self.g, self.max_tokens = client, graph, max_tokens
+        self.relations = {norm_key(r["name"]) for r in self.g.relations()}
+
+    def check(self, triple: dict[str, str]) -> dict[str, Any]:
+        from bencao.text import norm_key
+
+        head = self.g.find_entity_id(norm_key(triple["head"]), exclude_layers=("personal",)) if triple["head"].strip() else None
+        rel = norm_key(triple["relation"]) in self.relations
+        return {**triple, "head_linked": head is not None, "relation_in_schema": rel, "valid": head is not None and rel}
+
+    def __call__(self, rec: dict[str, Any]) -> dict[str, Any]:
+        from bencao.llm import LLMError
+        from bencao.serving.cot import cot_messages, parse_triples
+
+        r = self.client.complete_many([cot_messages(str(rec["question"]))], max_tokens=self.max_tokens, temperature=0.0)[0]
+        if isinstance(r, LLMError):
+            return {"id": rec["id"], "error": str(r), "reply": "", "triples": []}
+        triples = [self.check(t) for t in parse_triples(r.text, 8)]
+        return {"id": rec["id"], "reply": r.text, "triples": triples, "n": len(triples), "valid": sum(t["valid"] for t in triples),
+                "head_linked": sum(t["head_linked"] for t in triples), "relation_in_schema": sum(t["relation_in_schema"] for t in triples)}
+
+
+def decompose_records(records: list[tuple[str, dict[str, Any]]], n: int) -> list[tuple[str, dict[str, Any]]]:
+    """The first ``n`` records of each file."""
+    seen: dict[str, int] = {}
+    out = []
+    for name, r in records:
+        if seen.get(name, 0) < n:
+            seen[name] = seen.get(name, 0) + 1
+            out.append((name, r))
+    return out
+
+
+def _ratio_ci(num: np.ndarray, den: np.ndarray, rng: np.random.Generator, n: int = 2000) -> tuple[float, float]:
+    """95 % bootstrap interval of Σnum/Σden, resampling questions (a cluster bootstrap over their triples)."""
+    idx = rng.integers(0, len(num), size=(n, len(num)))
+    tot = den[idx].sum(axis=1)
+    vals = np.where(tot > 0, num[idx].sum(axis=1) / np.maximum(tot, 1), 0.0)
+    lo, hi = np.percentile(vals, [2.5, 97.5])
+    return float(lo), float(hi)
+
+
+def decompose_rows(records: list[tuple[str, dict[str, Any]]], outdir: Path, other: Path | None = None, seed: int = 0) -> list[dict[str, Any]]:
+    """Per file (and pooled): triples per question; the share of triples whose head links and whose relation is in the
+    schema (``valid``), and its two parts, with cluster-bootstrap intervals; questions with a valid triple; with
+    ``other``, the paired differences this run − that run per question (valid share; has a valid triple)."""
+    from retrieval_peers import paired_delta
+
+    rows = read_rows(outdir / "decompose.jsonl")
+    before = read_rows(other / "decompose.jsonl") if other is not None else {}
+    files = list(dict.fromkeys(name for name, _ in records))
+    out = []
+    for f in files + ["pooled"]:
+        ids = [r["id"] for name, r in records if (f == "pooled" or name == f) and r["id"] in rows and "error" not in rows[r["id"]]]
+        if not ids:
+            continue
+        rng = np.random.default_rng(seed)
+        n = np.array([rows[i]["n"] for i in ids], dtype=float)
+        row: dict[str, Any] = {"file": f, "n": len(ids), "triples_per_question": round(float(n.mean()), 3)}
+        for key in ("valid", "head_linked", "relation_in_schema"):
+            k = np.array([rows[i][key] for i in ids], dtype=float)
+            lo, hi = _ratio_ci(k, n, rng)
+            row[key] = [round(float(k.sum() / max(n.sum(), 1)), 4), round(lo, 4), round(hi, 4)]
+        anyv = np.array([rows[i]["valid"] > 0 for i in ids], dtype=float)
+        lo, hi = boot_ci(anyv, rng)
+        row["with_valid_triple"] = [round(float(anyv.mean()), 4), round(lo, 4), round(hi, 4)]
+        both = [i for i in ids if i in before and "error" not in before[i]]
+        if both:
+            share = lambda r: r["valid"] / r["n"] if r["n"] else 0.0  # noqa: E731
+            d1 = np.array([share(rows[i]) - share(before[i]) for i in both])
+            d2 = np.array([float(rows[i]["valid"] > 0) - float(before[i]["valid"] > 0) for i in both])
+            row["paired_n"] = len(both)
+            row["delta_valid_share"] = [round(v, 4) for v in paired_delta(d1, np.random.default_rng(seed))]
+            row["delta_with_valid_triple"] = [round(v, 4) for v in paired_delta(d2, np.random.default_rng(seed))]
+        out.append(row)
+    return out
+
+
+def _pct(v: list[float], sign: bool = False) -> str:
+    f = "{:+.1f}" if sign else "{:.1f}"
+    return f"{f.format(100 * v[0])} [{f.format(100 * v[1])}, {f.format(100 * v[2])}]"
+
+
+def decompose_table(records: list[tuple[str, dict[str, Any]]], outdir: Path, other: Path | None = None, seed: int = 0) -> str:
+    rows = decompose_rows(records, outdir, other, seed)
+    lines = ["| file | n | triples / question | valid triples (head linked and relation in schema), % | head linked, % "
+             "| relation in schema, % | questions with a valid triple, % |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['file']} | {r['n']} | {r['triples_per_question']:.2f} | {_pct(r['valid'])} | {_pct(r['head_linked'])} | "
+              f"{_pct(r['relation_in_schema'])} | {_pct(r['with_valid_triple'])} |" for r in rows]
+    paired = [r for r in rows if "paired_n" in r]
+    if paired:
+        lines += ["", "| file | n (both runs) | valid-triple share per question, this − other, points | questions with a valid triple, "
+                      "this − other, points |", "|---|---:|---:|---:|"]
+        lines += [f"| {r['file']} | {r['paired_n']} | {_pct(r['delta_valid_share'], True)} | {_pct(r['delta_with_valid_triple'], True)} |"
+                  for r in paired]
+    return "\n".join(lines)
+
+
+def compare_rows(records: list[tuple[str, dict[str, Any]]], outdir: Path, other: Path, conditions: list[str], seed: int = 0) -> list[dict[str, Any]]:
+    """Per condition and file (and pooled): the other run's accuracy, this run's, and the paired difference [95 % CI]."""
+    from retrieval_peers import paired_delta
+
+    files = list(dict.fromkeys(name for name, _ in records))
+    out = []
+    for c in conditions:
+        now, then = read_rows(outdir / f"{c}.jsonl"), read_rows(other / f"{c}.jsonl")
+        for f in files + ["pooled"]:
+            ids = [r["id"] for name, r in records if (f == "pooled" or name == f) and r["id"] in now and r["id"] in then]
+            if not ids:
+                continue
+            a = np.array([float(now[i]["correct"]) for i in ids])
+            b = np.array([float(then[i]["correct"]) for i in ids])
+            out.append({"condition": c, "file": f, "n": len(ids), "before": round(float(b.mean()), 4), "after": round(float(a.mean()), 4),
+                        "delta": [round(v, 4) for v in paired_delta(a - b, np.random.default_rng(seed))]})
+    return out
+
+
+def compare_table(records: list[tuple[str, dict[str, Any]]], outdir: Path, other: Path, conditions: list[str], seed: int = 0) -> str:
+    lines = ["| condition | file | n | other run | this run | this − other [95 % CI] |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {LABEL[r['condition']]} | {r['file']} | {r['n']} | {100 * r['before']:.1f} | {100 * r['after']:.1f} | {_pct(r['delta'], True)} |"
+              for r in compare_rows(records, outdir, other, conditions, seed)]
+    return "\n".join(lines)
+
+
+def write_comparison(path: Path, records: list[tuple[str, dict[str, Any]]], outdir: Path, other: Path, args: argparse.Namespace,
+                     conditions: list[str]) -> dict[str, Any]:
+    """``comparison.json``: what ``bencao export --evaluation`` puts in a model's record and card (names, never paths)."""
+    from bencao.io import atomic_write_json
+
+    files = list(dict.fromkeys(name for name, _ in records))
+    doc = {"kind": "bencao.eval_llm.comparison", "model": Path(args.model.split("@")[0]).name, "compared_to": f"{other.parent.name}/{other.name}", "half": args.half, "files": files,
+           "budget_chars": args.budget_chars, "scoring": "option letters, next-token log-probability after 答案：",
+           "accuracy": compare_rows(records, outdir, other, conditions),
+           "decomposition": decompose_rows(records, outdir, other) if (outdir / "decompose.jsonl").exists() else [],
+           "date": time.strftime("%Y-%m-%d", time.gmtime())}
+    atomic_write_json(path, doc)
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--graph", required=True)
@@ -232,6 +387,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-only", action="store_true", help="Print the table of what is already scored.")
     ap.add_argument("--append", default=None, help="Append the table to this results file (bench/RESULTS.md).")
     ap.add_argument("--title", default=None)
+    ap.add_argument("--compare-to", default=None, help="Another run's folder (OUT/<model>/<tag>, e.g. the model before training): "
+                                                       "paired differences this run − that run per condition and file.")
+    ap.add_argument("--decompose", type=int, default=0, help="Also run the decomposition check on the first N records of each file "
+                                                             "(the model asked for the question's triples as the CoT model is).")
+    ap.add_argument("--decompose-tokens", type=int, default=96, help="Longest decomposition reply in tokens.")
     args = ap.parse_args(argv)
     args.conditions = [c.strip() for c in args.conditions.split(",") if c.strip()]
     bad = [c for c in args.conditions if c not in CONDITIONS]
@@ -260,7 +420,35 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             for fh in fhs.values():
                 fh.close()
-    text = table(records, outdir, args.conditions)
+        if args.decompose:
+            from bencao.retrieval.graph.store import Graph
+
+            graph = runner.pipe.retriever.g if runner.pipe is not None else Graph.open(args.graph, read_only=True)
+            dec = Decomposer(runner.client, graph, args.decompose_tokens)
+            path = outdir / "decompose.jsonl"
+            done = done_ids(path)
+            todo = [(name, r) for name, r in decompose_records(records, args.decompose) if r["id"] not in done]
+            with open(path, "a", encoding="utf-8") as fh:
+                for i, (name, rec) in enumerate(todo, 1):
+                    t = time.perf_counter()
+                    row = dec(rec)
+                    fh.write(json.dumps({**row, "file": name}, ensure_ascii=False) + "\n")
+                    fh.flush()
+                    print(f"decompose {i}/{len(todo)} {rec['id']}: {row.get('valid', 0)}/{row.get('n', 0)} valid "
+                          f"({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+    if args.conditions:
+        text = table(records, outdir, args.conditions)
+    else:
+        text = ""
+    other = Path(args.compare_to) if args.compare_to else None
+    if other is not None:
+        if not other.is_dir():
+            ap.error(f"--compare-to {other}: no such folder")
+        text += f"\n\nThis run ({outdir}) against {other}, paired over the records both scored:\n\n" + compare_table(records, outdir, other, args.conditions)
+        write_comparison(outdir / "comparison.json", records, outdir, other, args, args.conditions)
+    if args.decompose or (outdir / "decompose.jsonl").exists():
+        dtext = decompose_table(decompose_records(records, args.decompose) if args.decompose else records, outdir, other)
+        text += "\n\nDecomposition (the model's query triples for the question alone, checked against the graph):\n\n" + dtext
     print(text)
     if args.append:
         from retrieval_peers import append_result

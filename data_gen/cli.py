@@ -1,4 +1,4 @@
-"""``bencao data``: teacher-driven data generation (extract, cot, pairs, negatives).
+"""``bencao data``: training data from the graph and a teacher (extract, cot, mcq, pairs, negatives).
 
 Each command takes a recipe (``--config data_gen/...``, a name or a YAML path), ``key=value`` overrides
 (``--set`` or arguments after the options), and the flags later checks rely on. Heavy libraries load inside the commands.
@@ -13,7 +13,7 @@ import typer
 
 from bencao import cliopts
 
-data_app = typer.Typer(help="Generate training data from the graph and a teacher: triple extraction, CoT distillation, question–entity pairs, hard negatives.",
+data_app = typer.Typer(help="Generate training data from the graph and a teacher: triple extraction, CoT distillation, multiple-choice items, question–entity pairs, hard negatives.",
                        no_args_is_help=True)
 
 
@@ -30,6 +30,9 @@ def cot_command(
     output: Optional[str] = cliopts.out(help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, ledger, cache, logs."),
     exclude: list[str] = typer.Option(None, "--exclude", help="File of questions never to distil (benchmark JSONL, or {\"id\"} / "
                                                                "{\"question\"} lines); repeatable. Matched by id and by normalised question text."),
+    half: Optional[str] = typer.Option(None, "--half", help="a | b: distil only the input questions whose id hashes into this half "
+                                                            "(bench/eval_llm.py --half scores the other); the other half's questions are "
+                                                            "excluded by id and by text."),
     set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s llm.base_url=http://127.0.0.1:8000/v1."),
     overrides: Optional[list[str]] = cliopts.overrides_arg(),
 ) -> None:
@@ -40,11 +43,43 @@ def cot_command(
     from bencao.config import load_config
     from bencao.data_gen.cot import CotDistillConfig, run_cot
 
-    ov = cliopts.merged(overrides, set_) + [f"{k}={v}" for k, v in (("graph", graph), ("input", input), ("teacher", teacher), ("output", output)) if v]
+    ov = cliopts.merged(overrides, set_) + [f"{k}={v}" for k, v in (("graph", graph), ("input", input), ("teacher", teacher), ("output", output),
+                                                                  ("half", half)) if v]
     cfg = load_config(CotDistillConfig, config, ov)
     if exclude:
         cfg.exclude = [*cfg.exclude, *exclude]
     _echo(run_cot(cfg))
+
+
+@data_app.command("mcq")
+def mcq_command(
+    config: Optional[str] = cliopts.config(f"Multiple-choice {cliopts.RECIPE}, e.g. data_gen/mcq."),
+    graph: Optional[str] = cliopts.graph(False, "Graph directory, read only (default: the recipe's `graph`)."),
+    input: list[str] = typer.Option(None, "--input", "-i", help="Benchmark JSONL (mcq/sd with gold letters) whose questions become items; "
+                                                                "repeatable. Only the records of --half are used."),
+    half: Optional[str] = typer.Option(None, "--half", help="a | b: the half of the input records kept (default a); the other half is "
+                                                            "excluded by id and by question text. `none` keeps every record."),
+    exclude: list[str] = typer.Option(None, "--exclude", help="File of questions never to use (benchmark JSONL, or {\"id\"} / "
+                                                               "{\"question\"} lines); repeatable."),
+    mix: list[str] = typer.Option(None, "--mix", help="Directory of other SFT data (e.g. `bencao data cot` output) copied into the same "
+                                                      "splits; repeatable."),
+    output: Optional[str] = cliopts.out(help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, mcq.summary.json."),
+    set_: Optional[list[str]] = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s per_relation=300 -s input_context=served."),
+    overrides: Optional[list[str]] = cliopts.overrides_arg(),
+) -> None:
+    """Multiple-choice items in the scored prompt (answer `答案：B`): the graph's facts with same-relation distractors that are
+    not true of the asked entity, and benchmark questions from one half of their files."""
+    from bencao.config import load_config
+    from bencao.data_gen.mcq import McqConfig, run_mcq
+
+    ov = cliopts.merged(overrides, set_) + [f"{k}={v}" for k, v in (("graph", graph), ("output", output)) if v]
+    if half:
+        ov.append(f"half={'null' if half.lower() in ('none', 'null') else half}")
+    cfg = load_config(McqConfig, config, ov)
+    cfg.input = [*cfg.input, *(input or [])]
+    cfg.exclude = [*cfg.exclude, *(exclude or [])]
+    cfg.mix = [*cfg.mix, *(mix or [])]
+    _echo(run_mcq(cfg))
 
 
 @data_app.command("pairs")

@@ -23,7 +23,7 @@ from bencao.config import field, to_dict
 from bencao.data_gen.grounding import Grounding, make_grounder, resolve_grounding
 from bencao.data_gen.kg_paths import path_triples
 from bencao.data_gen.kg_teacher import KGPathTeacher, PathSettings, link_and_find_paths
-from bencao.data_gen.leakage import question_key, read_exclusions, record_distilled
+from bencao.data_gen.leakage import QuestionSet, half_of, question_key, read_exclusions, record_distilled
 from bencao.data_gen.ledger import Ledger
 from bencao.data_gen.linking import AliasLinker
 from bencao.data_gen.personal import write_reasoning
@@ -68,6 +68,9 @@ class CotDistillConfig:
     input: str = field("", help="Questions with gold answers: benchmark JSONL (mcq/sd) or {question, answer} lines.")
     exclude: list[str] = field(default_factory=list, help="Files of questions never to distil (benchmark JSONL, or {id} / {question} lines): "
                                                           "matched by id and by normalised question text (bencao.data_gen.leakage).")
+    half: str | None = field(None, help="Keep only the input questions whose id hashes into this half (a | b; bench/eval_llm.py "
+                                        "--half): every question of the other half is excluded by id and by question text, so a "
+                                        "duplicate of a held-out question is never distilled either. null = every question.")
     output: str = field("out/cot", help="Output directory: train.jsonl, eval.jsonl, hf/, README.md, ledger, cache, logs.")
     teacher: str = field("kg-paths", help="kg-paths (no LLM) | llm.")
     llm: LLMConfig = field(default_factory=LLMConfig, help="The teacher LLM (teacher=llm).")
@@ -186,12 +189,19 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
     out.mkdir(parents=True, exist_ok=True)
     items = read_qa(cfg.input)[: cfg.limit] if cfg.limit else read_qa(cfg.input)
     excluded: list[str] = []
-    if cfg.exclude:
-        never = read_exclusions(cfg.exclude)
+    if cfg.half not in (None, "a", "b"):
+        raise ConfigError(f"cot: half must be a, b or null, not {cfg.half!r}")
+    if cfg.exclude or cfg.half:
+        never = read_exclusions(cfg.exclude) if cfg.exclude else QuestionSet()
+        if cfg.half:
+            for it in items:
+                if half_of(it.id) != cfg.half:
+                    never.add(it.id, it.question, it.options)
         excluded = [it.id for it in items if never.match(it.id, it.question, it.options)]
         gone = set(excluded)
         items = [it for it in items if it.id not in gone]
-        log.info("cot: %d of %d questions excluded by %s", len(excluded), len(excluded) + len(items), ", ".join(cfg.exclude))
+        log.info("cot: %d of %d questions excluded by %s", len(excluded), len(excluded) + len(items),
+                 ", ".join([*cfg.exclude, *([f"half {cfg.half}"] if cfg.half else [])]))
     graph = Graph.open(cfg.graph)
     ledger = Ledger(out / "ledger.json", cfg.llm.price_prompt_per_mtok, cfg.llm.price_completion_per_mtok)
     try:
@@ -210,8 +220,8 @@ def run_cot(cfg: CotDistillConfig, client: LLMClient | None = None) -> dict[str,
         records = load_records(out, "cot", order=[it.id for it in items])
         train, ev = split_by_group(records, "split_key", cfg.eval_ratio, cfg.seed)
         summary.extra = {"teacher": teacher.name, "records": len(records)}
-        if cfg.exclude:
-            summary.extra["excluded"] = {"files": list(cfg.exclude), "questions": len(excluded), "ids": excluded[:50]}
+        if cfg.exclude or cfg.half:
+            summary.extra["excluded"] = {"files": list(cfg.exclude), "half_kept": cfg.half, "questions": len(excluded), "ids": excluded[:50]}
         if cfg.teacher == "llm":
             summary.extra["grounding"] = teacher.grounding
         counts = write_dataset(out, train, ev, columns=SFT_COLUMNS, card={

@@ -11,6 +11,8 @@ choice question, so "Which of the following is correct?" with other options is a
   ``distilled``, the ids and keys of every question whose reasoning is in the graph
   (:func:`record_distilled`, recomputed from the store's reasoning documents, so it stays true
   after several runs).
+- ``half_of(id)``: the half (a | b) a question's id hashes into. ``bench/eval_llm.py --half`` scores one half;
+  ``bencao data cot|mcq`` with ``half`` keep the other and exclude every question of this one (by id and text).
 - ``bencao eval`` reads it (:func:`distilled_questions`) and flags (``leaked: true`` per record, a
   count in the metrics) or refuses (``eval.on_leak=refuse``) the items whose reasoning is in the graph.
 """
@@ -42,6 +44,11 @@ def question_key(question: str, options: dict[str, Any] | None = None) -> str:
     if options:
         parts += [f"{k}={_norm(v)}" for k, v in sorted((str(k).strip().upper(), v) for k, v in options.items())]
     return hashlib.sha1("\x1f".join(parts).encode("utf-8")).hexdigest()[:16]
+
+
+def half_of(rec_id: str) -> str:
+    """``a`` or ``b``: the half of a benchmark file a record's id falls in (SHA-256 of the id, even → a)."""
+    return "a" if int(hashlib.sha256(str(rec_id).encode("utf-8")).hexdigest(), 16) % 2 == 0 else "b"
 
 
 def record_question(rec: dict[str, Any]) -> str:

@@ -50,6 +50,16 @@ def test_four_conditions_same_budget_resume_and_table(tmp_path_factory, tmp_path
     assert ev.main(args) == 0
     assert {c: (out_dir / f"{c}.jsonl").read_text(encoding="utf-8") for c in ev.CONDITIONS} == before
     assert capsys.readouterr().out.endswith(table)
+    # a second run (here the same model under another tag) compared with the first, with the decomposition check
+    assert ev.main(args + ["--tag", "after", "--conditions", "closed", "--decompose", "1", "--decompose-tokens", "8",
+                           "--compare-to", str(out_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "| (a) closed book | mini | 2 |" in out and "+0.0 [+0.0, +0.0]" in out
+    dec = [json.loads(x) for x in (out_dir / "after" / "decompose.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert [d["id"] for d in dec] == ["q0"] and "reply" in dec[0] and "Decomposition" in out
+    comparison = json.loads((out_dir / "after" / "comparison.json").read_text(encoding="utf-8"))
+    assert comparison["accuracy"][0]["condition"] == "closed" and comparison["accuracy"][0]["delta"] == [0.0, 0.0, 0.0]
+    assert comparison["model"] == Path(model).name and str(tmp_path) not in json.dumps(comparison)
 
 
 def test_the_served_context_is_what_retrieve_returns(tmp_path_factory):
@@ -63,3 +73,42 @@ def test_the_served_context_is_what_retrieve_returns(tmp_path_factory):
     ctx = RenderedContext.from_text(ret["context"], 500)
     assert ctx.text == ret["context"] and [it.n for it in ctx.items] == [c["n"] for c in ret["context_citations"]]
     assert len(ret["context"]) <= 500
+
+
+def test_decomposition_check_and_before_after_tables(tmp_path_factory, tmp_path):
+    """The model's query triples are checked against the graph (head an entity, relation in the schema); a second run is
+    compared with the first per record, accuracy and decomposition alike."""
+    from bencao.retrieval.graph.store import Graph
+    from llm_fixtures import ScriptedClient
+    from serving_helpers import serving_graph
+
+    ev = _load("eval_llm")
+    g = Graph.open(serving_graph(tmp_path_factory), read_only=True)
+    replies = {"q0": "（大枣，has_flavour，甘）\n（不存在之物，has_flavour，甘）\n（大枣，味道，甘）", "q1": "我不知道。"}
+    client = ScriptedClient(lambda msgs: replies["q0" if "大枣" in msgs[-1]["content"] else "q1"])
+    dec = ev.Decomposer(client, g)
+    row = dec({"id": "q0", "question": "大枣的性味是什么？"})
+    g.close()
+    # asked exactly as the CoT model is asked in serving: the question alone
+    from bencao.serving.cot import cot_messages
+
+    assert client.calls[0] == cot_messages("大枣的性味是什么？")
+    assert [(t["head_linked"], t["relation_in_schema"], t["valid"]) for t in row["triples"]] == [
+        (True, True, True), (False, True, False), (True, False, False)]
+    assert (row["n"], row["valid"], row["head_linked"], row["relation_in_schema"]) == (3, 1, 2, 2)
+    # two runs over the same records: "before" valid 1 of 3 and nothing; "after" 2 of 2 and 1 of 1
+    records = [("f", {"id": "q0"}), ("f", {"id": "q1"})]
+    before, after = tmp_path / "before", tmp_path / "after"
+    for d, rows, correct in ((before, [(3, 1), (0, 0)], [False, False]), (after, [(2, 2), (1, 1)], [True, False])):
+        d.mkdir()
+        (d / "decompose.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "n": n, "valid": v, "head_linked": v, "relation_in_schema": n,
+                                                               "triples": []}) + "\n" for i, (n, v) in enumerate(rows)), encoding="utf-8")
+        (d / "closed.jsonl").write_text("".join(json.dumps({"id": f"q{i}", "correct": c, "pred": ["A"], "context_chars": 0}) + "\n"
+                                                for i, c in enumerate(correct)), encoding="utf-8")
+    text = ev.decompose_table(records, after, before)
+    assert "| f | 2 | 1.50 | 100.0 [100.0, 100.0] |" in text  # 3 of 3 triples valid, 1.5 per question
+    assert "| f | 2 | +83.3 " in text  # share per question: (1 − 1/3 + 1 − 0) / 2
+    cmp = ev.compare_table(records, after, before, ["closed"])
+    assert "| (a) closed book | f | 2 | 0.0 | 50.0 | +50.0 [+0.0, +100.0] |" in cmp
+    pooled = [r for r in ev.decompose_rows(records, after, before) if r["file"] == "pooled"][0]
+    assert pooled["delta_with_valid_triple"][0] == 0.5 and pooled["valid"][0] == 1.0

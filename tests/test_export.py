@@ -248,3 +248,33 @@ def test_bad_provenance_and_bad_gguf_requests_are_one_line_errors(lora_run, tiny
     assert main(["export", "--model", str(emb), "--out", str(tmp_path / "y"), "--gguf", "f16"]) == 2
     assert "--gguf writes causal language models; this is a sentence-transformer" in capsys.readouterr().err
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
+
+
+def test_the_card_states_the_held_out_figures_before_and_after_training(lora_run, tmp_path, capsys):
+    """`bencao export --evaluation comparison.json` (bench/eval_llm.py --compare-to): the paired before/after accuracy and the
+    decomposition check go into the record and the card, names only; a file of another kind is a one-line error."""
+    from bencao.cli import main
+
+    comparison = {"kind": "bencao.eval_llm.comparison", "model": "merged", "compared_to": "qwen2.5-coder-0.5b-instruct/base", "half": "b",
+                  "files": ["tcmbench_mcq"], "budget_chars": 1000, "scoring": "option letters", "date": "2026-11-27",
+                  "accuracy": [{"condition": "bencao", "file": "tcmbench_mcq", "n": 256, "before": 0.2031, "after": 0.2852,
+                                "delta": [0.0821, 0.0312, 0.1328]}],
+                  "decomposition": [{"file": "pooled", "n": 60, "paired_n": 60, "triples_per_question": 2.1, "valid": [0.41, 0.3, 0.52],
+                                     "delta_valid_share": [0.25, 0.15, 0.35], "delta_with_valid_triple": [0.3, 0.18, 0.42]}]}
+    path = tmp_path / "comparison.json"
+    path.write_text(json.dumps(comparison), encoding="utf-8")
+    out = tmp_path / "merged"
+    assert main(["export", "--model", str(lora_run[0]), "--out", str(out), "--evaluation", str(path)]) == 0
+    card = (out / "README.md").read_text(encoding="utf-8")
+    assert "### Held-out evaluation: before → after training" in card
+    assert "| bencao's evidence (question only) | tcmbench_mcq | 256 | 20.3 % | 28.5 % | +8.2 [+3.1, +13.3] |" in card
+    assert "| pooled | 60 | 41.0 % | +25.0 [+15.0, +35.0] | +30.0 [+18.0, +42.0] |" in card
+    assert "half b" in card and str(tmp_path) not in card
+    record = json.loads((out / "bencao_training.json").read_text(encoding="utf-8"))
+    assert record["evaluation"]["accuracy"] == comparison["accuracy"]
+    capsys.readouterr()
+    (tmp_path / "other.json").write_text('{"kind": "something else"}', encoding="utf-8")
+    assert main(["export", "--model", str(lora_run[0]), "--out", str(tmp_path / "z"), "--evaluation", str(tmp_path / "other.json")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "other.json: not a comparison written by bench/eval_llm.py --compare-to" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "z").exists()

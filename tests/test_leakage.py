@@ -136,3 +136,27 @@ def test_cli_exclude_is_repeatable_and_counts_in_the_summary(graph_dir, tmp_path
     assert main(["data", "cot", "--graph", str(graph_dir), "--input", str(q), "--output", str(tmp_path / "o2"),
                  "--exclude", str(tmp_path / "missing.jsonl")]) == 2
     assert "missing.jsonl: exclude file not found" in capsys.readouterr().err
+
+
+def test_cot_half_distils_one_half_and_no_duplicate_of_the_other(graph_dir, tmp_path):
+    """`data cot --half a`: the teacher never sees a half-b question, nor a half-a record that repeats one."""
+    from bencao.cli import main
+    from bencao.data_gen.leakage import half_of
+
+    assert [half_of(i) for i in ("q0", "q1", "q4", "q6")] == ["a", "b", "a", "a"]
+    qs = [dict(QUESTIONS[0], id="q0"), dict(QUESTIONS[0], id="q1", question="哪味药主治头眩胸胀？"),
+          dict(QUESTIONS[0], id="q4", question="哪味藥主治頭眩胸脹"), dict(QUESTIONS[0], id="q6", question="半夏主治什么？")]
+    q = write_questions(tmp_path / "q.jsonl", qs)
+    g2 = tmp_path / "graph"
+    shutil.copytree(graph_dir, g2)
+    client = ScriptedClient(_teacher_script)
+    cfg = CotDistillConfig(graph=str(g2), input=str(q), output=str(tmp_path / "out"), teacher="llm", languages=["zh"], progress=False,
+                           half="a")
+    summary = run_cot(cfg, client=client)
+    # q1 is half b; q4 is half a but the same question as q1 (traditional characters, no punctuation)
+    assert set(summary["excluded"]["ids"]) == {"q1", "q4"} and summary["excluded"]["half_kept"] == "a"
+    asked = " ".join(m["content"] for call in client.calls for m in call)
+    assert "题目：哪味" not in asked and "题目：下列哪味药主治头眩胸胀" in asked and "题目：半夏主治什么" in asked
+    rows = _lines(tmp_path / "out" / "train.jsonl") + _lines(tmp_path / "out" / "eval.jsonl")
+    assert {r["question_id"] for r in rows} <= {"q0", "q6"} and rows
+    assert main(["data", "cot", "--graph", str(g2), "--input", str(q), "--output", str(tmp_path / "o2"), "--half", "c"]) == 2

@@ -137,6 +137,9 @@ def export_cmd(
                                        "llama.cpp and Ollama: f16, q8_0 or f32. It is reloaded with transformers and its logits "
                                        "compared with the merged model's before the export is kept; the figures go to "
                                        "OUT/bencao_training.json and the model card."),
+    evaluation: Optional[Path] = typer.Option(None, "--evaluation", help="A before/after comparison written by bench/eval_llm.py "
+                                              "--compare-to (its comparison.json): the held-out accuracy before and after training, "
+                                              "paired, and the decomposition check go into OUT/bencao_training.json and the model card."),
 ) -> None:
     """Merge a LoRA adapter into its unquantised base on CPU, save safetensors + model card (+ GGUF); optionally upload.
 
@@ -155,7 +158,7 @@ def export_cmd(
         raise typer.BadParameter("--model is required (or from-gguf FILE)", param_hint="--model")
     from bencao.training.export import export, push
 
-    exported = export(model, out, base=base, gguf=gguf)
+    exported = export(model, out, base=base, gguf=gguf, evaluation=evaluation)
     typer.echo(f"exported {exported.kind} to {out}")
     if exported.gguf:
         c = exported.gguf["check"]

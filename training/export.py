@@ -133,12 +133,35 @@ def merge_sentence_transformer(model_dir: Path, base: str | None, summary: dict[
     return model, base_id, True
 
 
-def export(model_dir: str | Path, out: str | Path, base: str | None = None, gguf: str | None = None) -> Exported:
+def read_evaluation(path: str | Path) -> dict[str, Any]:
+    """A before/after comparison written by ``bench/eval_llm.py --compare-to`` (``comparison.json``), checked."""
+    from bencao.errors import InputError
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(path, "evaluation file not found")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as exc:
+        raise InputError(path, f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("kind") != "bencao.eval_llm.comparison" or not isinstance(doc.get("accuracy"), list):
+        raise InputError(path, "not a comparison written by bench/eval_llm.py --compare-to (kind bencao.eval_llm.comparison)")
+    for i, row in enumerate(doc["accuracy"]):
+        if not all(k in row for k in ("condition", "file", "n", "before", "after", "delta")):
+            raise InputError(path, "an accuracy row needs condition, file, n, before, after, delta", record=f"accuracy[{i}]")
+    return doc
+
+
+def export(model_dir: str | Path, out: str | Path, base: str | None = None, gguf: str | None = None,
+           evaluation: str | Path | None = None) -> Exported:
     """Write the merged, self-contained model and its model card to ``out`` (replaced atomically); with
-    ``gguf`` (f16, q8_0, f32) a causal LM also as ``out/<out name>-<gguf>.gguf``, reload-checked."""
+    ``gguf`` (f16, q8_0, f32) a causal LM also as ``out/<out name>-<gguf>.gguf``, reload-checked; with
+    ``evaluation`` (``bench/eval_llm.py``'s ``comparison.json``) the held-out figures before and after training
+    go into the record (key ``evaluation``) and the card."""
     model_dir, out = Path(model_dir), Path(out)
     if not model_dir.is_dir():
         raise ConfigError(f"{model_dir}: not a directory")
+    evaluated = read_evaluation(evaluation) if evaluation is not None else None
     summary = _summary(model_dir)
     kind = ("cross-encoder" if summary.get("kind") == "cross-encoder" else
             "sentence-transformer" if (model_dir / "modules.json").exists() else "causal-lm")
@@ -185,13 +208,15 @@ def export(model_dir: str | Path, out: str | Path, base: str | None = None, gguf
         gguf_record = {**written.record(), "check": check.record()}
     facts = model_facts(tmp) if kind == "causal-lm" else None
     card = render_card(kind, summary, base_name, merged=merged, model_name=out.name, provenance=provenance, gguf=gguf_record,
-                       base_facts=facts)
+                       base_facts=facts, evaluation=evaluated)
     (tmp / "README.md").write_text(card, encoding="utf-8")
     record = {**public(summary), "base_model": base_name, "exported_from": model_dir.name, "merged": merged}
     if provenance:
         record["base_provenance"] = public(provenance)
     if gguf_record:
         record["gguf"] = gguf_record
+    if evaluated:
+        record["evaluation"] = public(evaluated)
     atomic_write_json(tmp / SUMMARY_FILE, record)
     if out.exists():
         shutil.rmtree(out)

@@ -143,9 +143,38 @@ def gguf_text(g: dict[str, Any] | None, model_name: str) -> str:
 """
 
 
+CONDITION_NAMES = {"closed": "closed book", "bm25": "plain BM25 passages", "bencao": "bencao's evidence (question only)",
+                   "full": "bencao, full recipe"}
+
+
+def evaluation_text(ev: dict[str, Any] | None) -> str:
+    """Held-out accuracy before → after training, paired, and the decomposition check (``bench/eval_llm.py --compare-to``)."""
+    if not ev:
+        return ""
+    pct = lambda v: f"{100 * v:.1f} %"  # noqa: E731
+    ci = lambda d: f"{100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}]"  # noqa: E731
+    lines = [f"Measured by `bench/eval_llm.py` on {', '.join(ev.get('files') or [])}"
+             + (f" (half {ev['half']}: records whose id hashes into it; the training data used the other half only)" if ev.get("half") else "")
+             + f", {ev.get('scoring', 'option-letter scoring')}, evidence budget {ev.get('budget_chars')} characters, "
+             f"against `{ev.get('compared_to')}` (the model before training) on the same records ({ev.get('date', 'date not recorded')}). "
+             "Differences are paired per question, with 95 % bootstrap intervals, in points.", "",
+             "| condition | file | n | before | after | after − before [95 % CI] |", "|---|---|---:|---:|---:|---:|"]
+    lines += [f"| {CONDITION_NAMES.get(r['condition'], r['condition'])} | {r['file']} | {r['n']} | {pct(r['before'])} | {pct(r['after'])} | "
+              f"{ci(r['delta'])} |" for r in ev.get("accuracy") or []]
+    dec = [r for r in ev.get("decomposition") or [] if "delta_valid_share" in r]
+    if dec:
+        lines += ["", "Decomposition (TCM-DiffRAG's check): the model asked for the question's knowledge triples as bencao's CoT model "
+                      "is asked; a triple is valid when its head names a graph entity and its relation is a schema relation.", "",
+                  "| file | n | valid triples after | valid-triple share, after − before [95 % CI] | questions with a valid triple, after − before |",
+                  "|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['file']} | {r['paired_n']} | {pct(r['valid'][0])} | {ci(r['delta_valid_share'])} | {ci(r['delta_with_valid_triple'])} |"
+                  for r in dec]
+    return "\n### Held-out evaluation: before → after training\n\n" + "\n".join(lines) + "\n"
+
+
 def render_card(kind: str, summary: dict[str, Any], base_model: str | None, merged: bool, model_name: str,
                 provenance: dict[str, Any] | None = None, gguf: dict[str, Any] | None = None,
-                base_facts: dict[str, Any] | None = None) -> str:
+                base_facts: dict[str, Any] | None = None, evaluation: dict[str, Any] | None = None) -> str:
     """The README.md of an exported model (YAML front matter + body). ``provenance``: the base folder's
     ``provenance.json``; ``gguf``: the GGUF file written with it and its reload check; ``base_facts``: the
     architecture's size (layers, hidden size, parameters). No local path appears in it."""
@@ -229,7 +258,7 @@ knowledge-graph and fine-tuning tool for Traditional Chinese Medicine \
 ## Evaluation
 
 {fig_text}
-{gguf_text(gguf, model_name)}
+{evaluation_text(evaluation)}{gguf_text(gguf, model_name)}
 ## Intended use
 
 {intended}

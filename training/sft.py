@@ -54,6 +54,11 @@ class SFTScriptArguments:
     check_adapter: bool = field(
         default=True, metadata={"help": "After saving, fail if the LoRA adapter file is missing or holds empty tensors."}
     )
+    torch_threads: int | None = field(
+        default=None,
+        metadata={"help": "CPU threads torch computes with (torch.set_num_threads), set before the model loads; null = torch's "
+                          "default ($OMP_NUM_THREADS, else every core). On a CPU shared with other jobs one thread is often faster."},
+    )
     overlong: str = field(
         default="truncate",
         metadata={"help": "Rows longer than max_length tokens: truncate (trl keeps the start) | drop. Either way their number is "
@@ -338,6 +343,13 @@ def _length_facts(report: dict[str, Any] | None) -> dict[str, Any]:
     return keep
 
 
+def _cpu_seconds() -> float:
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def main(script_args, training_args, model_args) -> dict[str, Any]:
     """Train, evaluate, save (adapter or full model + tokenizer + generation config) and summarise."""
     from transformers import GenerationConfig
@@ -347,12 +359,21 @@ def main(script_args, training_args, model_args) -> dict[str, Any]:
 
     resume = resolve_resume(training_args.resume_from_checkpoint, training_args.output_dir)
     training_args.resume_from_checkpoint = resume
+    if script_args.torch_threads:
+        import torch
+
+        torch.set_num_threads(int(script_args.torch_threads))
     trainer = build_trainer(script_args, training_args, model_args)
     if resume:
         trainer.accelerator.print(f"resuming from {resume}")
+    cpu0 = _cpu_seconds()
     result = train_until_stopped(trainer, training_args.output_dir, resume)
     metrics = losses(trainer.state.log_history)
+    metrics["train_cpu_s"] = round(_cpu_seconds() - cpu0, 1)  # this process's CPU time in training (on a shared CPU, beside the wall time)
     metrics["train_loss"] = float(result.training_loss)
+    for key in ("train_runtime", "train_samples_per_second"):
+        if key in (result.metrics or {}):
+            metrics[key] = round(float(result.metrics[key]), 3)  # of this run (a resumed run: since it resumed)
     if trainer.eval_dataset is not None:
         metrics["eval_loss"] = float(trainer.evaluate()["eval_loss"])
     out = Path(training_args.output_dir)

@@ -198,6 +198,8 @@ CONFIG_SECTIONS: list[tuple[str, str, str]] = [
      "`bencao graph cases classify|therapy --config` (`configs/cases/cases.yaml`). See [Clinical cases](../cases.md)."),
     ("CoT distillation", "bencao.data_gen.cot:CotDistillConfig",
      "`bencao data cot --config` (`configs/data_gen/cot_*.yaml`). See [Data generation](../data-generation.md)."),
+    ("Multiple-choice items", "bencao.data_gen.mcq:McqConfig",
+     "`bencao data mcq --config` (`configs/data_gen/mcq.yaml`). See [Data generation](../data-generation.md#multiple-choice-items-in-the-scored-prompt-bencao-data-mcq)."),
     ("Question–entity pairs", "bencao.data_gen.pairs:PairsConfig",
      "`bencao data pairs --config` (`configs/data_gen/pairs.yaml`)."),
     ("Hard negatives", "bencao.data_gen.negatives:NegativesConfig",
