@@ -22,6 +22,11 @@ the code behind ``bencao eval``'s answer_recall@k / distractor_rate@k / margin@k
 - ``bencao with options (coverage)``: the system as shipped sees the options and queries once per option.
   Not question-only retrieval: shown because its recall looks high while its margin stays near 0.
 
+``bm25 top N → rerank (…)``, with ``--rerank key=value`` (a ``retrieval.rerank`` block, repeatable): plain BM25's
+``candidates`` (N) best passages, ordered by that reranker's scores — the same passages as the bm25 row's top N, so
+recall@N is unchanged and every difference at k < N is the reranker's. E.g. the LM's yes/no scores:
+``--rerank backend=llm-yes-no --rerank model=qwen2.5-coder-0.5b-instruct --rerank candidates=20``.
+
 ``--rows`` picks the optional rows (default ``channels,options``; ``none`` runs only plain BM25, dense only with
 ``--dense``, and bencao: the comparison an embedder change needs, in a third of the time).
 
@@ -102,10 +107,29 @@ def load_records(paths: list[str], limit: int | None) -> list[tuple[str, dict[st
 ROW_SETS = ("channels", "options")
 
 
+def rerank_config(items: list[str]) -> Any:
+    """A :class:`~bencao.retrieval.search.rerank.RerankConfig` from ``key=value`` items (None when there are none)."""
+    if not items:
+        return None
+    from bencao.config import apply_overrides, from_dict
+    from bencao.retrieval.search.rerank import RerankConfig
+
+    cfg = from_dict(RerankConfig, apply_overrides({}, list(items)), "--rerank")
+    if not cfg.model:
+        raise SystemExit("--rerank: model=... is required (the reranker to measure)")
+    return cfg
+
+
+def rerank_row_name(cfg: Any) -> str:
+    return f"bm25 top {cfg.candidates} → rerank ({cfg.backend} {Path(str(cfg.model)).name})"
+
+
 def run_rows(graph: str, config: str | None, overrides: list[str], records: list[tuple[str, dict[str, Any]]],
-             dense: bool = False, progress: bool = True, rows: tuple[str, ...] = ROW_SETS) -> dict[str, dict[str, Any]]:
+             dense: bool = False, progress: bool = True, rows: tuple[str, ...] = ROW_SETS,
+             rerank: Any = None) -> dict[str, dict[str, Any]]:
     """Row name → {"rows": per-record probe rows, "seconds": per question}. ``rows``: which optional row sets
-    to run besides bm25 (plain), dense only (``dense``) and bencao: ``channels`` (one channel off each), ``options``."""
+    to run besides bm25 (plain), dense only (``dense``) and bencao: ``channels`` (one channel off each), ``options``.
+    ``rerank`` (a RerankConfig): a row of plain BM25's ``candidates`` best passages ordered by that reranker."""
     from bencao.evaluation.bench_format import query_text
     from bencao.evaluation.probe import RetrievalProbe, passage_ranks, passage_text
     from bencao.serving.config import load_serve_config
@@ -130,6 +154,21 @@ def run_rows(graph: str, config: str | None, overrides: list[str], records: list
     if progress:
         print(f"  bm25 index over {len(bm25.index):,} snippets built in {bm25.build_s:.1f} s", file=sys.stderr, flush=True)
     timed("bm25 (plain)", lambda: [passage_ranks(r, *bm25.passages(query_text(r))) for r in recs])
+    if rerank is not None:
+        from bencao.retrieval.search.rerank import load_reranker
+
+        reranker = load_reranker(rerank)
+
+        def reranked_rows() -> list[Any]:
+            out_rows = []
+            for r in recs:
+                passages, ids = bm25.passages(query_text(r), rerank.candidates)
+                scores = reranker.score(query_text(r), passages)
+                order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))  # ties keep BM25's order
+                out_rows.append(passage_ranks(r, [passages[i] for i in order], [ids[i] for i in order]))
+            return out_rows
+
+        timed(rerank_row_name(rerank), reranked_rows)
     if dense:
         def dense_rows() -> list[Any]:
             ix, g, rows = base.retriever.ix, base.retriever.g, []
@@ -219,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=",".join(ROW_SETS),
                     help="optional row sets besides bm25 (plain), dense only and bencao, comma-separated: channels (each channel off), "
                          "options (with options, coverage); 'none' for neither")
+    ap.add_argument("--rerank", action="append", default=[], metavar="KEY=VALUE",
+                    help="a retrieval.rerank setting (repeatable: backend=llm-yes-no model=NAME candidates=20 ...): adds a row of "
+                         "plain BM25's `candidates` best passages ordered by that reranker")
     ap.add_argument("--append", default=None, help="append the table, with this command, to a results file (bench/RESULTS.md)")
     ap.add_argument("--json", default=None, help="write the per-record rows here")
     args = ap.parse_args(argv)
@@ -231,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in rows if x not in ROW_SETS]
     if bad:
         raise SystemExit(f"--rows: {', '.join(bad)} not among {', '.join(ROW_SETS)} (or none)")
-    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows)
+    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows,
+                       rerank=rerank_config(args.rerank))
     text = table(results, records, args.n_resamples, args.seed)
     wall = time.perf_counter() - t0
     print(text)
