@@ -275,7 +275,8 @@ def distill(args: DistillArguments, progress: bool = True) -> tuple[Any, dict[st
         "kind": "static-distilled",
         "base_model": str(args.model),
         "base_model_fingerprint": model_fingerprint(str(args.model)),
-        "settings": {k: v for k, v in asdict(args).items() if k not in ("output_dir", "device", "threads")},
+        "settings": {**{k: v for k, v in asdict(args).items() if k not in ("output_dir", "device", "threads")},
+                     "frequencies": Path(args.frequencies).name},  # a file's name, not this machine's path
         "vocab_size": n,
         "special_tokens_zeroed": len(specials),
         "dim": int(emb.shape[1]),
