@@ -144,3 +144,25 @@ def test_the_shipped_recipe_and_the_cli(tiny_lm, tmp_path):
                                    f"model={tiny_lm}", f"output_dir={out}", "frequencies=zipf", "pca_dims=4"])
     assert res.exit_code == 0, res.output
     assert json.loads(res.output.strip().splitlines()[-1])["dim"] == 4 and (out / "modules.json").is_file()
+
+
+def test_the_held_out_pairs_bench_ranks_each_anchors_positive(tiny_lm, tmp_path, capsys):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import static_distill_ir as ir
+
+    main(DistillArguments(model=str(tiny_lm), output_dir=str(tmp_path / "s"), source="input", pca_dims=8))
+    rows = [("山药主治什么？", "山药：味甘，温。主伤中。"), ("干姜的性味？", "干姜：味辛，温。"), ("山药的性味？", "山药：味甘，温。主伤中。")]
+    pairs = tmp_path / "eval.jsonl"
+    pairs.write_text("".join(json.dumps({"anchor": a, "positive": p}, ensure_ascii=False) + "\n" for a, p in rows), encoding="utf-8")
+    anchors, positives, gold = ir.load_pairs(str(pairs), None)
+    assert len(positives) == 2 and gold.tolist() == [0, 1, 0]
+    assert ir.ranks_from_scores(np.array([[0.1, 0.9], [0.5, 0.5]]), np.array([0, 1])).tolist() == [2, 2]  # ties count against
+    assert ir.bm25_ranks(anchors, positives, gold).tolist() == [1, 1, 1]
+    assert ir.main(["--pairs", str(pairs), "--bm25", "--model", str(tmp_path / "s"), "--n-resamples", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "| bm25 (plain) |" in out and "| 1.000 | 100.0 | 100.0 | – | – |" in out and "| s |" in out
+    pairs.write_text("not json\n", encoding="utf-8")
+    with pytest.raises(SystemExit, match="eval.jsonl:1: not a pairs row"):
+        ir.load_pairs(str(pairs), None)
