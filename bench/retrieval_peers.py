@@ -22,6 +22,11 @@ the code behind ``bencao eval``'s answer_recall@k / distractor_rate@k / margin@k
 - ``bencao with options (coverage)``: the system as shipped sees the options and queries once per option.
   Not question-only retrieval: shown because its recall looks high while its margin stays near 0.
 
+``bm25 top N → rerank (…)``, with ``--rerank key=value`` (a ``retrieval.rerank`` block, repeatable): plain BM25's
+``candidates`` (N) best passages, ordered by that reranker's scores — the same passages as the bm25 row's top N, so
+recall@N is unchanged and every difference at k < N is the reranker's. E.g. the LM's yes/no scores:
+``--rerank backend=llm-yes-no --rerank model=qwen2.5-coder-0.5b-instruct --rerank candidates=20``.
+
 ``--rows`` picks the optional rows (default ``channels,options``; ``none`` runs only plain BM25, dense only with
 ``--dense``, and bencao: the comparison an embedder change needs, in a third of the time).
 
@@ -55,21 +60,34 @@ CHANNELS = [
 class PlainBM25:
     """BM25 over every snippet of a graph, question only (see the module docstring)."""
 
-    def __init__(self, graph: Any):
+    def __init__(self, graph: Any, cache: str | Path | None = None):
+        """``cache``: a folder that keeps the built index, keyed by the graph's store id and generation, so another
+        run over the same graph (or a copy of it) loads it instead of building it again (2 min to 18 min for the
+        corpus graph, by the machine's load)."""
         from bencao.evaluation.probe import passage_text
         from bencao.retrieval.index.lexical import LexicalIndex, analyze
 
         self.g = graph
         ids: list[str] = []
+        t = time.perf_counter()
+        key = f"{graph.store_id()}-{graph.generation()}"
+        where = Path(cache) / key if cache else None
+        if where is not None and where.is_dir():
+            loaded = LexicalIndex.load(where)
+            if loaded is not None:
+                self.index, self.build_s = loaded, time.perf_counter() - t
+                return
 
         def tokens():
             for s in graph.iter_snippets():
                 ids.append(s["id"])
                 yield analyze(passage_text(s.get("path"), s["text"]))
 
-        t = time.perf_counter()
         self.index = LexicalIndex.build(tokens(), ids)  # streamed: ids fill as the token lists are consumed
         self.build_s = time.perf_counter() - t
+        if where is not None:
+            where.parent.mkdir(parents=True, exist_ok=True)
+            self.index.save(where)
 
     def ranked(self, question: str, k: int = 20) -> list[tuple[str, float]]:
         """The ``k`` best snippets with a positive score, (id, BM25), best first."""
@@ -102,10 +120,29 @@ def load_records(paths: list[str], limit: int | None) -> list[tuple[str, dict[st
 ROW_SETS = ("channels", "options")
 
 
+def rerank_config(items: list[str]) -> Any:
+    """A :class:`~bencao.retrieval.search.rerank.RerankConfig` from ``key=value`` items (None when there are none)."""
+    if not items:
+        return None
+    from bencao.config import apply_overrides, from_dict
+    from bencao.retrieval.search.rerank import RerankConfig
+
+    cfg = from_dict(RerankConfig, apply_overrides({}, list(items)), "--rerank")
+    if not cfg.model:
+        raise SystemExit("--rerank: model=... is required (the reranker to measure)")
+    return cfg
+
+
+def rerank_row_name(cfg: Any) -> str:
+    return f"bm25 top {cfg.candidates} → rerank ({cfg.backend} {Path(str(cfg.model)).name})"
+
+
 def run_rows(graph: str, config: str | None, overrides: list[str], records: list[tuple[str, dict[str, Any]]],
-             dense: bool = False, progress: bool = True, rows: tuple[str, ...] = ROW_SETS) -> dict[str, dict[str, Any]]:
+             dense: bool = False, progress: bool = True, rows: tuple[str, ...] = ROW_SETS,
+             rerank: Any = None, bm25_cache: str | None = None) -> dict[str, dict[str, Any]]:
     """Row name → {"rows": per-record probe rows, "seconds": per question}. ``rows``: which optional row sets
-    to run besides bm25 (plain), dense only (``dense``) and bencao: ``channels`` (one channel off each), ``options``."""
+    to run besides bm25 (plain), dense only (``dense``) and bencao: ``channels`` (one channel off each), ``options``.
+    ``rerank`` (a RerankConfig): a row of plain BM25's ``candidates`` best passages ordered by that reranker."""
     from bencao.evaluation.bench_format import query_text
     from bencao.evaluation.probe import RetrievalProbe, passage_ranks, passage_text
     from bencao.serving.config import load_serve_config
@@ -126,10 +163,25 @@ def run_rows(graph: str, config: str | None, overrides: list[str], records: list
             print(f"  {name}: {out[name]['seconds']:.3f} s/question", file=sys.stderr, flush=True)
 
     base.run([Query(query_text(recs[0]))], answer=False)  # untimed warm-up: lazily opened indexes, caches
-    bm25 = PlainBM25(base.retriever.g)
+    bm25 = PlainBM25(base.retriever.g, bm25_cache)
     if progress:
-        print(f"  bm25 index over {len(bm25.index):,} snippets built in {bm25.build_s:.1f} s", file=sys.stderr, flush=True)
+        print(f"  bm25 index over {len(bm25.index):,} snippets built or loaded in {bm25.build_s:.1f} s", file=sys.stderr, flush=True)
     timed("bm25 (plain)", lambda: [passage_ranks(r, *bm25.passages(query_text(r))) for r in recs])
+    if rerank is not None:
+        from bencao.retrieval.search.rerank import load_reranker
+
+        reranker = load_reranker(rerank)
+
+        def reranked_rows() -> list[Any]:
+            out_rows = []
+            for r in recs:
+                passages, ids = bm25.passages(query_text(r), rerank.candidates)
+                scores = reranker.score(query_text(r), passages)
+                order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))  # ties keep BM25's order
+                out_rows.append(passage_ranks(r, [passages[i] for i in order], [ids[i] for i in order]))
+            return out_rows
+
+        timed(rerank_row_name(rerank), reranked_rows)
     if dense:
         def dense_rows() -> list[Any]:
             ix, g, rows = base.retriever.ix, base.retriever.g, []
@@ -219,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rows", default=",".join(ROW_SETS),
                     help="optional row sets besides bm25 (plain), dense only and bencao, comma-separated: channels (each channel off), "
                          "options (with options, coverage); 'none' for neither")
+    ap.add_argument("--rerank", action="append", default=[], metavar="KEY=VALUE",
+                    help="a retrieval.rerank setting (repeatable: backend=llm-yes-no model=NAME candidates=20 ...): adds a row of "
+                         "plain BM25's `candidates` best passages ordered by that reranker")
+    ap.add_argument("--bm25-cache", default=None, metavar="DIR",
+                    help="keep the plain BM25 index here, keyed by the graph's store id and generation, and load it in later runs")
     ap.add_argument("--append", default=None, help="append the table, with this command, to a results file (bench/RESULTS.md)")
     ap.add_argument("--json", default=None, help="write the per-record rows here")
     args = ap.parse_args(argv)
@@ -231,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in rows if x not in ROW_SETS]
     if bad:
         raise SystemExit(f"--rows: {', '.join(bad)} not among {', '.join(ROW_SETS)} (or none)")
-    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows)
+    results = run_rows(args.graph, args.config, args.overrides, records, dense=args.dense, rows=rows,
+                       rerank=rerank_config(args.rerank), bm25_cache=args.bm25_cache)
     text = table(results, records, args.n_resamples, args.seed)
     wall = time.perf_counter() - t0
     print(text)

@@ -49,10 +49,11 @@ def _fingerprint_local_models(value: Any) -> None:
     """Add ``weights`` (the SHA-256 fingerprint of its weight files) to every LLM block that loads a local
     model: a generator or selector retrained into the same directory makes other predictions, so a run
     made with the old weights is not resumed with the new ones. Endpoint models are named by their id. The
-    retrieval reranker (``retrieval.rerank``, backend ``cross-encoder``) is fingerprinted the same way."""
+    retrieval reranker (``retrieval.rerank``, backends ``cross-encoder`` and ``llm-yes-no``) is fingerprinted the same
+    way; so is an installed model named by its catalogue name (``bencao models``)."""
     if isinstance(value, dict):
-        loads_local = value.get("backend") in ("local-hf", "vllm", "cross-encoder")
-        if loads_local and isinstance(value.get("model"), str) and Path(value["model"]).exists():
+        loads_local = value.get("backend") in ("local-hf", "vllm", "cross-encoder", "llm-yes-no")
+        if loads_local and isinstance(value.get("model"), str) and _local_model(value["model"]):
             from bencao.models import model_fingerprint
 
             value["weights"] = model_fingerprint(value["model"])
@@ -61,6 +62,19 @@ def _fingerprint_local_models(value: Any) -> None:
     elif isinstance(value, list):
         for sub in value:
             _fingerprint_local_models(sub)
+
+
+def _local_model(name: str) -> bool:
+    """Whether ``name`` is a local path or an installed catalogue model (not a hub id)."""
+    if Path(name).exists():
+        return True
+    from bencao.model_catalog import installed_path
+
+    try:
+        local = installed_path(name)
+    except Exception:  # noqa: BLE001 - not a catalogue name
+        return False
+    return local is not None and Path(local).exists()
 
 
 def _store(graph_dir: Path | None) -> dict[str, Any] | None:

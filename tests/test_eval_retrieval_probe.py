@@ -265,6 +265,27 @@ def test_graph_routes_script_fits_on_one_half_and_scores_the_other(small_graph, 
         routes.main(["--graph", str(small_graph), "--bench", str(p), "--routes", "learned"])
 
 
+def test_plain_bm25_index_is_kept_and_loaded_from_a_cache_folder(small_graph, tmp_path, monkeypatch):
+    """--bm25-cache: the second run over the same graph loads the index the first built (keyed by store id and generation)."""
+    peers = bench_module("retrieval_peers")
+    from bencao.retrieval.graph.store import Graph
+    from bencao.retrieval.index.lexical import LexicalIndex
+
+    g = Graph.open(small_graph, read_only=True)
+    q = mcq(0)["question"]
+    first = peers.PlainBM25(g, tmp_path / "bm25")
+    assert (tmp_path / "bm25" / f"{g.store_id()}-{g.generation()}" / "ids.json").is_file()
+
+    def no_build(*a, **k):
+        raise AssertionError("built again")
+
+    monkeypatch.setattr(LexicalIndex, "build", classmethod(no_build))
+    again = peers.PlainBM25(g, tmp_path / "bm25")
+    assert again.ranked(q) == first.ranked(q) and again.ranked(q)
+    with pytest.raises(AssertionError, match="built again"):
+        peers.PlainBM25(g, tmp_path / "other")
+
+
 def test_learned_rerank_reranks_the_pool_from_the_question(small_graph):
     """The learned route's classifier is fitted on labelled pools, then re-ranks a question's pool."""
     routes = bench_module("graph_routes")

@@ -9,7 +9,7 @@ import typer
 
 from bencao import cliopts
 
-train_app = typer.Typer(help="Fine-tune the CoT model (SFT), the embedder and the reranker; plan GPU memory.", no_args_is_help=True)
+train_app = typer.Typer(help="Fine-tune the CoT model (SFT), the embedder and the reranker; distil a static embedder from an LM; plan GPU memory.", no_args_is_help=True)
 
 OVERRIDES = cliopts.overrides_arg("key=value overrides of the recipe, the same as --set, e.g. max_steps=20 learning_rate=1e-4.")
 SET = cliopts.overrides("key=value override of the recipe (repeatable), e.g. -s max_steps=20 -s learning_rate=1e-4.")
@@ -84,6 +84,25 @@ def embedder_cmd(
     from bencao.training.embedder import main, parse_args
 
     main(*parse_args(config, cliopts.merged(overrides, set_)))
+
+
+@train_app.command("distill-static")
+def distill_static_cmd(
+    config: Path = cliopts.config(f"Distillation {cliopts.RECIPE}, e.g. embed/qwen2.5-coder-0.5b/distill-static.", required=True),
+    set_: Optional[list[str]] = SET,
+    overrides: Optional[list[str]] = OVERRIDES,
+) -> None:
+    """A static Chinese embedder distilled from a real LM's vocabulary (Model2Vec-style): each token's vector from the
+    model (input embedding or last hidden state), PCA, SIF frequency weights; saved as a sentence-transformers
+    StaticEmbedding with the model's tokenizer. Index with it (bencao graph index embedder.model=OUTPUT_DIR) or
+    train it further (bencao train embedder model_name_or_path=OUTPUT_DIR). A killed hidden-state pass resumes.
+    """
+    import json
+
+    from bencao.training.static_distill import main, parse_args
+
+    record = main(*parse_args(config, cliopts.merged(overrides, set_)))
+    typer.echo(json.dumps(record, ensure_ascii=False))
 
 
 @train_app.command("reranker")

@@ -215,6 +215,9 @@ CONFIG_SECTIONS: list[tuple[str, str, str]] = [
     ("Reranker recipe: bencao's keys", "bencao.training.reranker:RerankerScriptArguments",
      "`bencao train reranker --config` (`configs/rerank/`). A recipe also takes every key of sentence-transformers' "
      "`CrossEncoderTrainingArguments`; see [Training](../training.md#reranker-recipes)."),
+    ("Static distillation recipe", "bencao.training.static_distill:DistillArguments",
+     "`bencao train distill-static --config` (`configs/embed/qwen2.5-coder-0.5b/distill-static.yaml`): a static embedder "
+     "distilled from a language model's vocabulary; see [Training](../training.md#a-static-embedder-distilled-from-a-real-lm)."),
 ]
 
 

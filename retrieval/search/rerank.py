@@ -15,8 +15,10 @@ an option query found for a multiple-choice option stay after them (the answerer
 kept passage carries its raw score as ``scores["rerank"]`` and ``rerank`` in ``via``.
 
 Backends are a registry (:data:`RERANKERS`); ``cross-encoder`` is sentence-transformers'
-``CrossEncoder`` (local path, packaged name or hub id, resolved by :func:`bencao.models.resolve_model`).
-A loaded model is shared per process by (backend, model, device, max length).
+``CrossEncoder`` (local path, packaged name or hub id, resolved by :func:`bencao.models.resolve_model`);
+``llm-yes-no`` asks a causal LM whether each passage helps answer the question and scores log P(yes) − log P(no)
+(:mod:`bencao.retrieval.search.rerank_llm`: the real small Qwen2.5 models, any ``bencao.llm`` backend, cached).
+A loaded model is shared per process by its settings.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any, Callable
 
 from bencao.config import field
 from bencao.errors import ConfigError
+from bencao.llm.base import LLMConfig
 from bencao.retrieval.evidence import SnippetHit
 
 
@@ -36,20 +39,27 @@ from bencao.retrieval.evidence import SnippetHit
 class RerankConfig:
     model: str | None = field(None, help="Cross-encoder that reorders the evidence passages (a local path, a packaged name or "
                                          "a hub id, e.g. BAAI/bge-reranker-v2-m3); null = no reranking (docs/retrieval.md).")
-    backend: str = field("cross-encoder", help="Reranker backend (registry: cross-encoder).")
+    backend: str = field("cross-encoder", help="Reranker backend (registry): cross-encoder (sentence-transformers CrossEncoder) | "
+                                               "llm-yes-no (a causal LM's log P(yes) − log P(no) after the passage and the question; "
+                                               "model = an installed model's name or a transformers folder).")
     candidates: int = field(50, help="The question's best passages by the first stage (lexical + dense, RRF) scored beside the "
                                      "passages the graph's channels found.")
     keep: int = field(10, help="Passages kept, by the reranker's score (option-query passages stay after them).")
     batch_size: int = field(32, help="Pairs scored per forward pass.")
     max_length: int = field(512, help="Tokens of question + passage the model reads (longer pairs are truncated).")
     device: str | None = field(None, help="torch device (cpu, cuda, cuda:1); null = the library's choice.")
+    llm: LLMConfig | None = field(None, help="llm-yes-no: how to reach the LLM (a bencao.llm block: backend openai + base_url, "
+                                             "llama-cpp, ...; its model defaults to rerank.model); null = local transformers. Its cache "
+                                             "defaults to $BENCAO_CACHE_DIR/rerank/llm_cache.sqlite.")
+    passage_chars: int = field(600, help="llm-yes-no: characters of each passage (heading path and text) the LLM reads.")
+    prompts_dir: str | None = field(None, help="llm-yes-no: a folder whose rerank_yes_no.{zh,en}.jinja replace the shipped prompt.")
 
     def __post_init__(self) -> None:
         if self.model is not None and not str(self.model).strip():
             self.model = None
         if self.backend not in RERANKERS:
             raise ConfigError(f"rerank.backend: {self.backend!r} is not one of {', '.join(sorted(RERANKERS))}")
-        for name in ("candidates", "keep", "batch_size", "max_length"):
+        for name in ("candidates", "keep", "batch_size", "max_length", "passage_chars"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"rerank.{name} must be at least 1, not {getattr(self, name)}")
 
@@ -87,10 +97,16 @@ def passage(s: SnippetHit) -> str:
     return f"{head}\n{s.text}" if head else str(s.text)
 
 
-#: Reranker backends: name → class taking a :class:`RerankConfig`.
-RERANKERS: dict[str, Callable[[RerankConfig], Any]] = {"cross-encoder": CrossEncoderReranker}
+def _llm_yes_no(cfg: RerankConfig) -> Any:
+    from bencao.retrieval.search.rerank_llm import LLMYesNoReranker
 
-_LOADED: dict[tuple[str, str, str | None, int, int], Any] = {}
+    return LLMYesNoReranker(cfg)
+
+
+#: Reranker backends: name → class taking a :class:`RerankConfig`; each instance has ``score(query, passages)``.
+RERANKERS: dict[str, Callable[[RerankConfig], Any]] = {"cross-encoder": CrossEncoderReranker, "llm-yes-no": _llm_yes_no}
+
+_LOADED: dict[tuple[Any, ...], Any] = {}
 _LOCK = threading.Lock()
 
 
@@ -98,7 +114,8 @@ def load_reranker(cfg: RerankConfig) -> Any:
     """The configured reranker, loaded once per process (None when ``cfg.model`` is null)."""
     if not cfg.model:
         return None
-    key = (cfg.backend, str(cfg.model), cfg.device, cfg.max_length, cfg.batch_size)
+    key = (cfg.backend, str(cfg.model), cfg.device, cfg.max_length, cfg.batch_size, cfg.passage_chars, cfg.prompts_dir,
+           repr(cfg.llm))
     with _LOCK:
         if key not in _LOADED:
             _LOADED[key] = RERANKERS[cfg.backend](cfg)
