@@ -577,13 +577,15 @@ class Run:
 
     @staticmethod
     def judged(sample: list[dict[str, Any]]) -> list[int] | None:
-        """Correct / judged over the sampled triples that ``bench/judged/llm_extract.tsv`` holds a verdict for."""
+        """Correct / judged over the sampled triples that ``bench/judged/llm_extract.tsv`` holds a verdict for (1 = the
+    snippet states the triple, 0 = it does not; ``#`` lines are comments)."""
         if not JUDGED.exists() or not sample:
             return None
         with open(JUDGED, encoding="utf-8", newline="") as fh:
-            verdicts = {row["key"]: row["verdict"].strip().lower() for row in csv.DictReader(fh, delimiter="\t")}
-        got = [verdicts[s["key"]] for s in sample if verdicts.get(s["key"]) in ("yes", "no")]
-        return [sum(v == "yes" for v in got), len(got)] if got else None
+            rows = csv.DictReader((line for line in fh if not line.startswith("#")), delimiter="\t")
+            verdicts = {row["key"]: row["verdict"].strip() for row in rows}
+        got = [verdicts[s["key"]] for s in sample if verdicts.get(s["key"]) in ("0", "1")]
+        return [sum(v == "1" for v in got), len(got)] if got else None
 
     def role_distill(self, d: Path) -> dict[str, Any]:
         from bencao.text import norm_key
