@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval retrieval-peers graph-routes eval-corpus bench train-demo gpu-check gpu-wheels venv install-core install-dev clean-graph llm-roles
+.PHONY: demo test test-all test-latest lock docs eval eval-llm retrieval-peers graph-routes eval-corpus bench train-demo gpu-check gpu-wheels venv install-core install-dev clean-graph llm-roles
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
@@ -141,6 +141,21 @@ eval-corpus: $(VENV)/.installed-dev
 	$(BIN)/bencao graph build --config graph/classics --graph $(CORPUS_GRAPH) root=$(CORPUS) --skip-current
 	$(BIN)/bencao eval $(foreach f,$(CORPUS_BENCH),--bench $(f)) --graph $(CORPUS_GRAPH) --config $(CORPUS_EVAL_CONFIG) \
 		--system llm-free --out $(CORPUS_OUT) $(if $(LIMIT),--limit $(LIMIT)) $(if $(RESTART),--restart)
+
+# What bencao's evidence does for a real reader (bench/eval_llm.py, docs/llm.md): an installed model (bencao models
+# install $(LLM_MODEL)) answers the dev files' multiple-choice and syndrome questions by its option-letter scores,
+# closed book / with plain BM25 passages / with bencao's served context of the question alone / with bencao's full
+# recipe, under the same evidence budget in characters, on the corpus graph (make eval-corpus builds it). Resumable;
+# HALF=a|b keeps one half of the records, LIMIT=N the first N of each file; APPEND=bench/RESULTS.md records the table.
+LLM_MODEL ?= qwen2.5-coder-0.5b-instruct
+LLM_BUDGET ?= 1000
+LLM_BENCH ?= $(CORPUS_BENCH)
+LLM_THREADS ?= 1
+eval-llm: $(VENV)/.installed-dev
+	@test -f $(CORPUS_GRAPH)/graph.sqlite || { echo "error: no corpus graph at $(CORPUS_GRAPH) (make eval-corpus builds it)" >&2; exit 2; }
+	$(BIN)/python bench/eval_llm.py --graph $(CORPUS_GRAPH) --model $(LLM_MODEL) --budget-chars $(LLM_BUDGET) \
+		$(foreach f,$(LLM_BENCH),--bench $(f)) --threads $(LLM_THREADS) --out out/eval-llm \
+		$(if $(LIMIT),--limit $(LIMIT)) $(if $(HALF),--half $(HALF)) $(if $(APPEND),--append $(APPEND))
 
 # Scale and speed figures at 1 % of TCM-DiffRAG's size (a few minutes), appended to bench/RESULTS.md.
 # Full size (434k snippets, ~3.5M triples): $(BIN)/python bench/run_bench.py --scale 1.0 --runs 1

@@ -115,6 +115,12 @@ def usage_error_line(exc: BaseException, argv: list[str] | None = None) -> str:
     return f"error: {msg}; try '{where} --help'"
 
 
+def _damaged_store(exc: BaseException) -> str | None:
+    """The one line for a graph store found damaged after it was opened (a malformed page met by a query)."""
+    store = sys.modules.get("bencao.retrieval.graph.store")
+    return store.damaged_store_message(exc) if store is not None else None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point: runs the app and turns user errors into one line.
 
@@ -133,7 +139,11 @@ def main(argv: list[str] | None = None) -> int:
         from bencao.errors import is_disk_full
 
         if not is_disk_full(exc):
-            raise
+            damaged = _damaged_store(exc)
+            if damaged is None:
+                raise
+            typer.echo(f"error: {damaged}", err=True)
+            return 2
         where = f" while writing {exc.filename}" if getattr(exc, "filename", None) else ""
         typer.echo(f"error: no space left on device{where}; the command stopped (free some space and run it again)", err=True)
         return 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import stat
 import types
 import typing
 from pathlib import Path
@@ -79,6 +80,23 @@ class _BudgetLoader(yaml.SafeLoader):
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
         self._depth = 0
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping whose keys are all different: a key given twice (the second silently replacing the first in
+        PyYAML) is refused, naming both lines."""
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[tuple[str, str], int] = {}
+            for key_node, _value in node.value:
+                if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = (self.resolve(yaml.ScalarNode, key_node.value, (True, False)) if key_node.tag is None else key_node.tag,
+                       key_node.value)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise YamlRefused(f"invalid YAML: duplicate key {short(key_node.value)} (lines {seen[key]} and {line}); "
+                                      "the second would silently replace the first", line)
+                seen[key] = line
+        return super().construct_mapping(node, deep=deep)
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         self._depth += 1
@@ -174,10 +192,18 @@ def read_yaml_file(path: Path, error: type[BencaoError] = ConfigError) -> Any:
     """A YAML file read with :func:`parse_yaml`: UTF-8 (a BOM allowed), at most :data:`YAML_MAX_BYTES`;
     every failure one line naming the file (and line)."""
     try:
-        size = path.stat().st_size
+        st = path.stat()  # follows a symlink: what would be read
+        if not stat.S_ISREG(st.st_mode):  # a FIFO would block for ever, /dev/zero never end
+            kind = next((k for test, k in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                                          (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory")) if test(st.st_mode)), "not a file")
+            raise error(f"{path}: {kind}{' (through a symlink)' if path.is_symlink() else ''}, not a regular file; give a YAML file")
+        size = st.st_size
         if size > YAML_MAX_BYTES:
             raise error(f"{path}: {size:,} bytes, over the {YAML_MAX_BYTES:,}-byte limit of a YAML file")
-        raw = path.read_bytes()
+        with open(path, "rb") as fh:
+            raw = fh.read(YAML_MAX_BYTES + 1)  # a file that grows while it is read is still bounded
+        if len(raw) > YAML_MAX_BYTES:
+            raise error(f"{path}: over the {YAML_MAX_BYTES:,}-byte limit of a YAML file")
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:

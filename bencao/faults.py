@@ -17,6 +17,10 @@ Points (where the code calls :func:`fault`):
 - ``ingest.parsed``   graph add/build: a source is parsed, nothing of it written (``@n``: the n-th source)
 - ``ingest.committed`` graph add/build: a source's document is committed
 - ``add.manifest``    graph add: document committed and manifest written, indexes not yet refreshed
+- ``remove.committed`` graph remove: the document's removal committed, the manifest not yet written
+- ``remove.manifest`` graph remove: removal committed and manifest written, indexes not yet refreshed
+- ``index.lexical``   index build/refresh: one kind's lexical index and meta written (``@n``: the n-th kind)
+- ``index.written``   index build/refresh: every index file written, the manifest's record of them not yet
 - ``jsonl.append``    resumable JSONL output (infer, data runs): before a record is written
 - ``jsonl.torn``      resumable JSONL output: half of a record's line written
 - ``dataset.written`` data runs: one split's JSONL file of a dataset written (``@1``: train written, eval not yet)

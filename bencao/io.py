@@ -675,10 +675,19 @@ def check_text(value: str, what: str) -> str:
     return value
 
 
-#: Invisible characters removed from names and titles: format characters (zero-width space/joiners,
-#: soft hyphen, word joiner, a BOM inside text, invisible operators, tags) and bidirectional controls
-#: (LRM/RLM/ALM, embeddings, overrides, isolates). Two names that print the same then match.
-INVISIBLE = re.compile("[\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+#: Invisible characters removed from names and titles: every format character of Unicode (category Cf:
+#: zero-width space/joiners, soft hyphen, word joiner, a BOM inside text, invisible operators, Arabic
+#: number signs, musical and shorthand format controls, tags) with the bidirectional controls among them
+#: (LRM/RLM/ALM, embeddings, overrides, isolates), and the marks and letters that print as nothing
+#: (combining grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian and other variation
+#: selectors). Two names that print the same then match. ``tests/test_loader_names.py`` checks it covers every
+#: Cf character this Python knows.
+INVISIBLE = re.compile("[\u00ad\u034f\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u115f\u1160\u17b4\u17b5"
+                       "\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0"
+                       "\ufff9-\ufffb\U000110bd\U000110cd\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+                       "\U000e0000-\U000e007f\U000e0100-\U000e01ef]")
+#: Line and paragraph separators (and NEL) inside a name: a space, as any other line break would be.
+_NAME_BREAKS = re.compile("[\u0085\u2028\u2029]")
 _TITLE_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]+")
 #: Longest section title kept; a longer one (a paragraph or a file pasted into a heading) is cut.
 MAX_TITLE_CHARS = 200
@@ -712,6 +721,9 @@ def check_name(value: str, what: str = "name", max_chars: int | None = None) -> 
         n = len(value)
         value = INVISIBLE.sub("", value)
         _count("invisible_characters_removed", n - len(value))
+    if _NAME_BREAKS.search(value):
+        _count("line_separators_in_names", len(_NAME_BREAKS.findall(value)))
+        value = _NAME_BREAKS.sub(" ", value)
     name = value.strip()
     if not name:
         raise InvalidValue(f"{what} is empty" + (" (whitespace only)" if value else ""))

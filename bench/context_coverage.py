@@ -50,7 +50,7 @@ def holds(ctx_text: str, option: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval_llm import load
+    from eval_llm import boot_ci, load
     from retrieval_peers import PlainBM25, append_result, paired_delta
 
     from bencao.retrieval.evidence import SnippetHit
@@ -120,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     for v in variants:
         g, d = np.array(gold_in[v], float), np.array(dis_in[v], float)
         m = g - d
-        idx = rng.integers(0, len(m), size=(2000, len(m)))
-        lo, hi = np.percentile(m[idx].mean(axis=1), [2.5, 97.5])
+        lo, hi = boot_ci(m, rng)
         dm, dlo, dhi = paired_delta(m - m0, np.random.default_rng(0))
         lines.append(f"| `{v}` | {100 * g.mean():.1f} | {100 * d.mean():.1f} | {100 * m.mean():+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
                      f"{100 * dm:+.1f} [{100 * dlo:+.1f}, {100 * dhi:+.1f}] |")

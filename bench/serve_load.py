@@ -30,6 +30,16 @@ subprocess and runs:
 
 ``--only-clients`` runs step 3 alone (no load, no other abuse): a quick check of the connection guards.
 
+Burst (issue 33): ``--burst 200x5`` makes 200 clients, each its own connection pool, send 5 requests one
+after another, all clients at once: from ONE source address (what a reverse proxy or a NAT looks like) and
+from MANY (each client bound to its own 127.0.0.x address). A 429/503 is retried after its
+``Retry-After`` up to ``--burst-retries`` times (the openai client's default is 2). Recorded: every
+attempt's status, each request's final status, the requests that got no HTTP reply at all (a connection
+closed or reset: the failure this scenario exists to catch), p50/p95 of the answered requests (from the
+first attempt, retries included) and the server's RSS. ``--baseline-ref REF`` runs the same burst against
+the serving package of git revision REF (over the rest of this tree) first, in the same run.
+``--only-burst`` runs the burst alone.
+
 The script exits non-zero when an invariant fails (a 5xx, a traversal that returned a file, a slow
 body that was not cut, a slot not released), so it doubles as a soak test.
 """
@@ -94,12 +104,28 @@ def build_graph(where: Path) -> Path:
     return graph
 
 
+#: Runs ``bencao`` with the serving package taken from another folder (a baseline revision's ``serving/``).
+_OVERLAY = ("import sys; import bencao.serving as s; s.__path__[:] = [sys.argv[1]]; from bencao.cli import main; "
+            "sys.exit(main(sys.argv[2:]))")
+
+
+def baseline_serving(ref: str, where: Path) -> Path:
+    """The ``serving/`` package of git revision ``ref``, extracted under ``where``."""
+    out = where / f"serving-{ref[:12]}"
+    if not out.exists():
+        out.mkdir(parents=True)
+        archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "serving"], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(out)], input=archive, check=True)
+    return out / "serving"
+
+
 @contextlib.contextmanager
-def serve(graph: Path, key: str | None, sets: list[str], log: Path):
+def serve(graph: Path, key: str | None, sets: list[str], log: Path, serving_dir: Path | None = None):
     import httpx
 
     port = _free_port()
-    cmd = [sys.executable, "-m", "bencao.cli", "serve", "--graph", str(graph), "--port", str(port)]
+    head = [sys.executable, "-c", _OVERLAY, str(serving_dir)] if serving_dir else [sys.executable, "-m", "bencao.cli"]
+    cmd = [*head, "serve", "--graph", str(graph), "--port", str(port)]
     for s in sets:
         cmd += ["--set", s]
     if key:
@@ -332,7 +358,8 @@ async def abuse(base: str, key: str | None, body_timeout_s: float) -> dict[str, 
 
 
 async def _probed(base: str, headers: dict[str, str], work: Any) -> dict[str, Any]:
-    """Run ``work`` (a coroutine) while a normal client asks /healthz and /v1/retrieve every half second."""
+    """Run ``work`` (a coroutine) while a normal client asks /healthz and /v1/retrieve every half second, from another
+    source address than the abusive connections (127.0.0.2: another user, not the abuser's own retries)."""
     import httpx
 
     lat: dict[str, list[float]] = defaultdict(list)
@@ -340,7 +367,7 @@ async def _probed(base: str, headers: dict[str, str], work: Any) -> dict[str, An
     stop = asyncio.Event()
 
     async def probe() -> None:
-        async with httpx.AsyncClient(timeout=60) as http:
+        async with httpx.AsyncClient(timeout=60, transport=httpx.AsyncHTTPTransport(local_address="127.0.0.2")) as http:
             while not stop.is_set():
                 for name, call in (("healthz", lambda: http.get(base + "/healthz")),
                                    ("retrieve", lambda: http.post(base + "/v1/retrieve", json={"question": "大枣的性味是什么？"}, headers=headers))):
@@ -472,6 +499,73 @@ def check(mode: dict[str, Any], body_timeout_s: float) -> list[str]:
     return bad
 
 
+async def burst(base: str, key: str | None, clients: int, per_client: int, many: bool, retries: int) -> dict[str, Any]:
+    """``clients`` clients at once, each sending ``per_client`` requests in turn on its own connection pool, from
+    one source address or each from its own (127.0.0.2, 127.0.0.3, ...)."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    attempts: Counter[str] = Counter()
+    finals: Counter[str] = Counter()
+    no_reply: Counter[str] = Counter()
+    answered_s: list[float] = []
+    port = base.rsplit(":", 1)[1]
+
+    async def client(i: int) -> None:
+        addr = f"127.0.{(i + 2) // 250}.{(i + 2) % 250 + 1}" if many else "127.0.0.1"
+        target = f"http://127.0.0.1:{port}"
+        transport = httpx.AsyncHTTPTransport(local_address=addr, retries=0)
+        async with httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(300.0), limits=httpx.Limits(max_connections=1)) as http:
+            for j in range(per_client):
+                q = QUESTIONS[(i + j) % len(QUESTIONS)]
+                path, body = (("/v1/retrieve", {"question": q}) if (i + j) % 4 == 0 else
+                              ("/v1/chat/completions", {"model": "bencao", "messages": [{"role": "user", "content": q}]}))
+                t0 = time.perf_counter()
+                final = "none"
+                for attempt in range(retries + 1):
+                    try:
+                        r = await http.post(target + path, json=body, headers=headers)
+                    except httpx.HTTPError as exc:  # no HTTP reply: closed, reset or refused
+                        final = type(exc).__name__
+                        no_reply[final] += 1
+                        attempts[final] += 1
+                        break
+                    final = str(r.status_code)
+                    attempts[final] += 1
+                    if r.status_code in (429, 503) and attempt < retries:
+                        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                        continue
+                    break
+                finals[final] += 1
+                if final == "200":
+                    answered_s.append(time.perf_counter() - t0)
+
+    t = time.perf_counter()
+    await asyncio.gather(*(client(i) for i in range(clients)))
+    wall = time.perf_counter() - t
+    return {"clients": clients, "requests_per_client": per_client, "source_addresses": clients if many else 1, "retries": retries,
+            "wall_s": round(wall, 1), "attempts": dict(sorted(attempts.items())), "final": dict(sorted(finals.items())),
+            "no_reply": sum(no_reply.values()), "no_reply_kinds": dict(no_reply),
+            "answered_p50_s": round(_pct(answered_s, 50), 2), "answered_p95_s": round(_pct(answered_s, 95), 2)}
+
+
+def run_bursts(graph: Path, key: str | None, sets: list[str], log: Path, spec: str, retries: int, serving_dir: Path | None) -> dict[str, Any]:
+    clients, per_client = (int(x) for x in spec.lower().split("x"))
+    out: dict[str, Any] = {}
+    for many in (False, True):
+        with serve(graph, key, sets, log, serving_dir) as (base, proc):
+            import httpx
+
+            warm = {"Authorization": f"Bearer {key}"} if key else {}
+            httpx.post(base + "/v1/chat/completions", json={"messages": [{"role": "user", "content": QUESTIONS[0]}]}, headers=warm, timeout=300)
+            rss0 = _rss_mib(proc.pid)
+            res = asyncio.run(burst(base, key, clients, per_client, many, retries))
+            res["rss_mib_before"], res["rss_mib_after"] = round(rss0, 1), round(_rss_mib(proc.pid), 1)
+            res["load_avg_after"] = round(os.getloadavg()[0], 1)
+        out["many_addresses" if many else "one_address"] = res
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--graph", type=Path, help="graph directory (default: build the small serving graph)")
@@ -484,6 +578,10 @@ def main() -> int:
     ap.add_argument("--tricklers", type=int, default=100, help="slow clients trickling a request head")
     ap.add_argument("--idle-flood", type=int, default=1000, help="idle connections opened at once")
     ap.add_argument("--only-clients", action="store_true", help="run the slow-client and idle-flood scenarios only")
+    ap.add_argument("--burst", default="", help="CLIENTSxREQUESTS, e.g. 200x5: the burst scenario from one and from many addresses")
+    ap.add_argument("--burst-retries", type=int, default=2, help="retries of a 429/503 after its Retry-After in the burst")
+    ap.add_argument("--baseline-ref", default="", help="git revision whose serving package the burst also runs against, first")
+    ap.add_argument("--only-burst", action="store_true", help="run the burst scenario only")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "serve_load.json")
     args = ap.parse_args()
 
@@ -493,6 +591,30 @@ def main() -> int:
     result: dict[str, Any] = {"graph": str(graph), "clients": args.clients, "duration_s": args.duration, "serve_sets": sets,
                               "cpus": os.cpu_count(), "load_avg_before": os.getloadavg()[0], "modes": {}}
     failures: list[str] = []
+    if args.burst:
+        result["burst"] = {}
+        if args.baseline_ref:
+            ref = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", args.baseline_ref], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+            result["burst"][f"baseline {ref}"] = run_bursts(graph, None, sets, tmp / "serve.log", args.burst, args.burst_retries,
+                                                            baseline_serving(ref, tmp))
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "serving"], capture_output=True, text=True).stdout.strip()
+        this = f"this tree {head}{' (modified)' if dirty else ''}"
+        result["burst"][this] = run_bursts(graph, None, sets, tmp / "serve.log", args.burst, args.burst_retries, None)
+        for scen, res in result["burst"][this].items():
+            if res["no_reply"]:
+                failures.append(f"burst {scen}: {res['no_reply']} requests got no HTTP reply ({res['no_reply_kinds']})")
+        for name, by in result["burst"].items():
+            for scen, res in by.items():
+                print(f"burst {args.burst} {scen} [{name}]: attempts {res['attempts']}; final {res['final']}; no reply {res['no_reply']}; "
+                      f"answered p50 {res['answered_p50_s']} s p95 {res['answered_p95_s']} s; wall {res['wall_s']} s; "
+                      f"RSS {res['rss_mib_before']} -> {res['rss_mib_after']} MiB")
+    if args.only_burst:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+        print("FAILURES:\n" + "\n".join(failures) if failures else "all invariants held")
+        return 1 if failures else 0
     for mode in args.modes.split(","):
         key = KEY if mode == "on" else None
         with serve(graph, key, sets, tmp / "serve.log") as (base, proc):

@@ -213,6 +213,10 @@ def _build_locked(cfg: GraphBuildConfig, root: Path, graph_dir: Path, sources: l
 
     tmp = building_dir(graph_dir)
     shutil.rmtree(tmp, ignore_errors=True)
+    from bencao.retrieval.graph.store import folder_writable
+
+    if tmp.parent.exists() and not folder_writable(tmp.parent):  # a read-only mount: one line, not an OSError from mkdir
+        raise BencaoError(f"{graph_dir}: cannot build here: {tmp.parent} is read-only; build where it is writable and copy or mount the result")
     t0 = time.perf_counter()
     docs: list[dict[str, Any]] = []
     try:

@@ -81,6 +81,11 @@ def index(
 
     con = _console()
     with writer_lock(graph), Graph.open(graph) as g:
+        if force:  # the repair of a damaged manifest (its one-line error names this command)
+            why = g.repair_manifest()
+            if why:
+                typer.echo(f"warning: {g.manifest_path()} was damaged ({why}); kept as {g.manifest_path().name}.damaged, "
+                           "a new one written from the store; rebuilding every index", err=True)
         cfg = resolve_index_config(g, config, cliopts.merged(overrides, set_))
         summary = update_indexes(g, cfg, force=force, progress=lambda kind, i, n: con.print(f"index {kind}: {i}/{n}", end="\r"))
     typer.echo(json.dumps(summary, ensure_ascii=False, indent=2))
@@ -139,6 +144,8 @@ def remove(
 
     from bencao.retrieval.graph.integrate import FORMAT as INTEGRATION, undo_integration
 
+    from bencao.faults import fault
+
     with writer_lock(graph), Graph.open(graph) as g:
         doc = g.get_document(document_id)
         if doc is not None and doc["format"] == INTEGRATION:  # its journal says how to put the rows back
@@ -146,11 +153,41 @@ def remove(
             refresh_indexes(g)
             typer.echo(f"removed {document_id}: integration undone ({out['entities_restored']} merged entities restored)")
             return
+        if doc is None:  # gone already: perhaps a remove killed after its commit left the manifest or the indexes behind
+            healed = _finish_interrupted_remove(g, document_id)
+            if healed:
+                typer.echo(f"{document_id} is not in the graph (removed by an earlier run); {healed}")
+                return
         removed = g.remove_document(document_id)
+        fault("remove.committed")
         g.write_manifest("remove", {"document": document_id, "source": doc["source"] if doc else None, "removed": removed})
+        fault("remove.manifest")
         _reintegrate(g)
         refresh_indexes(g)
     typer.echo(f"removed {document_id}: " + ", ".join(f"{v} {k}" for k, v in removed.items() if v))
+
+
+def _finish_interrupted_remove(g: Any, document_id: str) -> str | None:
+    """What a ``graph remove`` of ``document_id`` killed after its commit left undone, done now: the manifest's
+    record and counts, re-integration, the indexes. Says what it did, or None when nothing was behind (the id
+    is simply not in the graph: the caller's one-line error follows)."""
+    from bencao.retrieval.index import refresh_indexes
+    from bencao.retrieval.index.build import stale_reasons
+
+    m = g.read_manifest()
+    recorded = any(h.get("op") == "remove" and h.get("document") == document_id for h in m.get("history") or [])
+    manifest_behind = m.get("counts") != g.counts()
+    indexes_behind = bool(stale_reasons(g))
+    if not (manifest_behind or (recorded and indexes_behind)):
+        return None
+    done = []
+    if manifest_behind:
+        g.write_manifest("remove" if not recorded else "repair", {"document": document_id, "completed": "an interrupted remove"})
+        _reintegrate(g)
+        done.append("manifest updated")
+    if refresh_indexes(g) is not None and indexes_behind:
+        done.append("indexes brought up to date")
+    return "finished what the interrupted run left: " + ", ".join(done)
 
 
 def _reintegrate(g: Any) -> None:

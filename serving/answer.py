@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 from bencao.config import field
-from bencao.prompting import defuse_fence
+from bencao.prompting import quoted_line
 from bencao.retrieval.evidence import Evidence, path_heading
 from bencao.serving.context import ContextConfig, Limits, RenderedContext, render_context
 from bencao.text import lang_of
@@ -159,7 +159,7 @@ def build_messages(query: Any, evidence: Evidence | None, cfg: AnswerConfig | No
     closed_book = evidence is None and context is None
     if context is None:
         context = render_context(evidence, cfg.context, lang, None, context_limits(cfg)) if evidence is not None else RenderedContext([], 0)
-    lines = [defuse_fence(it.line(), "evidence") for it in context.items]
+    lines = [quoted_line(it.line(), "evidence") for it in context.items]  # one line each, normalised, look-alike tags defused
     return render(f"generate_{query.task}", lang, prompts_dir=cfg.prompts_dir, question=query.question,
                   options=query.options or {}, candidates=query.candidates or [], n_answers=query.n_answers,
                   closed_book=closed_book, has_evidence=bool(lines), marker=NOT_IN_KB_MARKER, context=lines,

@@ -66,13 +66,23 @@ class ApiConfig:
     max_connections: int = field(1000, help="Open connections the server holds at once; a new one beyond it closes the oldest idle "
                                             "connection (one waiting for a request), and requests get 503 only when none is idle.")
     max_connections_per_client: int = field(64, help="Open connections one client address may hold; a new one beyond it closes that "
-                                                     "client's oldest idle connection (or itself, when all are busy). Behind a reverse "
-                                                     "proxy every client is the proxy: raise it to the proxy's upstream pool (0 = no cap).")
+                                                     "client's oldest connection idle for a second or more, or, when there is none, its "
+                                                     "request gets 429 with Retry-After. Addresses in trusted_proxies are not capped "
+                                                     "(0 = no cap).")
+    trusted_proxies: list[str] = field(default_factory=list, help="Reverse proxies in front of the server (addresses or CIDR networks, "
+                                                                  "e.g. [10.0.0.5] or [172.16.0.0/12]): their connections are not capped per "
+                                                                  "client, and a request's client address is read from the X-Forwarded-For "
+                                                                  "they set (max_requests_per_client then applies to it). Empty: no proxy is "
+                                                                  "trusted and X-Forwarded-For is ignored.")
+    max_requests_per_client: int = field(8, help="Requests of one client address (behind a trusted proxy: the forwarded address) being "
+                                                 "answered or waiting at once; more get 429 with Retry-After, so one client cannot take "
+                                                 "every answering slot and queue place (0 = no cap).")
     header_timeout_s: float = field(10.0, help="Longest time a client has to send a complete request head, counted from the "
                                                "connection's opening and again after each response; a client trickling header "
                                                "bytes or sending nothing is disconnected (408 when it had started).")
     keep_alive_timeout_s: float = field(5.0, help="An idle keep-alive connection is closed after this many seconds without a new request.")
-    max_header_bytes: int = field(16384, help="Largest request head (request line + headers) accepted; bigger ones get 400.")
+    max_header_bytes: int = field(16384, help="Largest request head (request line + headers) accepted; bigger ones get 431 "
+                                              "(400 when it never arrives whole).")
     max_concurrency: int = field(2, help="Requests answered at the same time.")
     max_queue: int = field(16, help="Requests allowed to wait for a free slot; more get 429 at once.")
     queue_timeout_s: float = field(60.0, help="Longest wait for a free slot before 503.")
@@ -94,6 +104,34 @@ class ApiConfig:
     stream_chunk_chars: int = field(24, help="Characters per streamed chunk when stream=true.")
     web: bool = field(True, help="Serve the web page at /.")
     docs: bool = field(False, help="Serve the OpenAPI docs (/docs, /openapi.json); off by default, behind the API key when one is set.")
+
+    def validate(self) -> None:
+        """Refuse settings that cannot work (a negative size or timeout, a port outside 1–65535, a proxy that is no address)."""
+        from bencao.errors import ConfigError
+        from bencao.serving.guard import trusted_networks
+
+        if not 1 <= self.port <= 65535:
+            raise ConfigError(f"api.port: {self.port} is not a TCP port (1-65535)")
+        if not self.host.strip():
+            raise ConfigError("api.host: empty; give an interface address such as 127.0.0.1 or 0.0.0.0")
+        if not self.api_key_env.strip():
+            raise ConfigError("api.api_key_env: empty; name the environment variable that holds the API key")
+        positive = ("max_body_bytes", "body_timeout_s", "max_connections", "max_header_bytes", "max_concurrency", "queue_timeout_s",
+                    "max_messages", "max_message_chars", "max_content_parts", "max_question_chars", "max_options", "max_option_chars",
+                    "max_candidates", "max_candidate_chars", "max_query_triples", "max_triple_part_chars", "stream_chunk_chars",
+                    "keep_alive_timeout_s", "reload_retry_s")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"api.{name}: {getattr(self, name)} must be greater than 0")
+        for name in ("max_queue", "max_connections_per_client", "max_requests_per_client", "header_timeout_s", "request_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"api.{name}: {getattr(self, name)} must be 0 or more (0 = no limit)")
+        if self.max_header_bytes < 1024:
+            raise ConfigError(f"api.max_header_bytes: {self.max_header_bytes} is too small for any request head (at least 1024)")
+        try:
+            trusted_networks(self.trusted_proxies)
+        except ValueError as exc:
+            raise ConfigError(f"api.trusted_proxies: {exc}") from None
 
 
 # --------------------------------------------------------------------------- errors
@@ -192,38 +230,76 @@ class GateMiddleware:
 
 
 class SlotLimiter:
-    """At most ``slots`` holders; ``queue`` more may wait; anything beyond is refused at once."""
+    """At most ``slots`` holders; ``queue`` more may wait; anything beyond is refused at once. One client
+    (address) holds at most ``per_client`` of the slots and queue places together (0 = no cap)."""
 
-    def __init__(self, slots: int, queue: int, timeout_s: float):
+    def __init__(self, slots: int, queue: int, timeout_s: float, per_client: int = 0):
         self.slots = max(1, slots)
         self.queue = max(0, queue)
         self.timeout_s = timeout_s
+        self.per_client = max(0, per_client)
         self._sem = asyncio.Semaphore(self.slots)
         self.active = 0
         self.waiting = 0
+        self.by_client: dict[str, int] = {}
 
-    async def acquire(self) -> None:
+    async def acquire(self, client: str | None = None) -> None:
+        held = self.by_client.get(client, 0) if client is not None else 0
+        if self.per_client and client is not None and held >= self.per_client:
+            raise ApiError(429, f"too many requests from {client}: {held} being answered or waiting (api.max_requests_per_client); "
+                                "retry shortly", "rate_limit_error", "rate_limit_exceeded", headers={"Retry-After": "1"})
         if self.active + self.waiting >= self.slots + self.queue:
             raise ApiError(429, f"too many requests: {self.active} being answered and {self.waiting} waiting; retry shortly",
                            "rate_limit_error", "rate_limit_exceeded", headers={"Retry-After": "1"})
+        if client is not None:
+            self.by_client[client] = held + 1
         self.waiting += 1
         try:
             await asyncio.wait_for(self._sem.acquire(), timeout=self.timeout_s)
-        except asyncio.TimeoutError:
-            raise ApiError(503, f"server busy: no free slot within {self.timeout_s:g}s; retry later", "server_error",
-                           "server_overloaded", headers={"Retry-After": "5"}) from None
+        except BaseException as exc:
+            self._forget(client)
+            if isinstance(exc, asyncio.TimeoutError):
+                raise ApiError(503, f"server busy: no free slot within {self.timeout_s:g}s; retry later", "server_error",
+                               "server_overloaded", headers={"Retry-After": "5"}) from None
+            raise
         finally:
             self.waiting -= 1
         self.active += 1
 
-    def release(self) -> None:
+    def _forget(self, client: str | None) -> None:
+        if client is None:
+            return
+        n = self.by_client.get(client, 0) - 1
+        if n > 0:
+            self.by_client[client] = n
+        else:
+            self.by_client.pop(client, None)
+
+    def release(self, client: str | None = None) -> None:
+        self._forget(client)
         self.active -= 1
         self._sem.release()
 
 
+#: The only requests whose body is read: every other route is answered (404, 405, a page, /healthz) without reading one.
+BODY_ROUTES = frozenset({("POST", "/v1/chat/completions"), ("POST", "/v1/retrieve")})
+
+
+def _declares_body(scope: dict) -> bool:
+    for name, value in scope.get("headers", []):
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"", b"0")):
+            return True
+    return False
+
+
 class BodyLimitMiddleware:
     """Pure ASGI: refuses bodies over ``limit`` bytes with 413, by Content-Length or by counting, and
-    bodies not received within ``timeout_s`` with 408 (a slow-body client cannot hold a connection)."""
+    bodies not received within ``timeout_s`` with 408 (a slow-body client cannot hold a connection).
+
+    Only the routes that take a body (:data:`BODY_ROUTES`) read one; any other request (an unknown
+    path, a POST to ``/`` or ``/healthz``) is routed at once, unread, and answered (404, 405 …) with
+    ``Connection: close`` when it declared a body, so a client without the key cannot hold a
+    connection by trickling a body nobody needs."""
 
     def __init__(self, app: Any, limit: int, timeout_s: float = 30.0):
         self.app = app
@@ -231,8 +307,21 @@ class BodyLimitMiddleware:
         self.timeout_s = timeout_s
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if (scope["method"], scope.get("path", "")) not in BODY_ROUTES:
+            if not _declares_body(scope):
+                await self.app(scope, receive, send)
+                return
+
+            async def send_and_close(msg: dict) -> None:
+                if msg["type"] == "http.response.start":
+                    msg = {**msg, "headers": [*[(k, v) for k, v in msg.get("headers", []) if k.lower() != b"connection"],
+                                              (b"connection", b"close")]}
+                await send(msg)
+
+            await self.app(scope, receive, send_and_close)
             return
         for name, value in scope.get("headers", []):
             if name == b"content-length":
@@ -422,9 +511,24 @@ class PipelineHolder:
         return self.freshness() or {"stale": False, "served_generation": self.generation}
 
 
+_KEY_CHARS = re.compile(r"[\x21-\x7e]+")
+
+
 def resolve_api_key(cfg: ApiConfig, explicit: str | None = None) -> str | None:
+    """The bearer key (``--api-key``, else ``$<api.api_key_env>``), None when neither is set. A key that no client
+    could send (empty, with spaces or control characters, non-ASCII) is a one-line error, not a server that
+    refuses every request."""
+    where = "--api-key" if explicit is not None else f"${cfg.api_key_env}"
     key = explicit if explicit is not None else os.environ.get(cfg.api_key_env)
-    return key or None
+    if key is None:
+        return None
+    if not key.strip():
+        raise BencaoError(f"{where} is {'empty' if not key else 'whitespace only'}: give a key, or unset it to serve without one")
+    if not _KEY_CHARS.fullmatch(key):
+        bad = next(ch for ch in key if not _KEY_CHARS.fullmatch(ch))
+        raise BencaoError(f"{where}: the key holds {'a space' if bad.isspace() else f'the character U+{ord(bad):04X}'}; an API key "
+                          "must be printable ASCII without spaces (what a client can send in 'Authorization: Bearer <key>')")
+    return key
 
 
 def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None = None, reload: Any = None) -> Any:
@@ -440,7 +544,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
     from starlette.exceptions import HTTPException as StarletteHTTPException
 
     cfg = cfg or ApiConfig()
-    limiter = SlotLimiter(cfg.max_concurrency, cfg.max_queue, cfg.queue_timeout_s)
+    limiter = SlotLimiter(cfg.max_concurrency, cfg.max_queue, cfg.queue_timeout_s, cfg.max_requests_per_client)
     started = time.time()
 
     class ContentPart(BaseModel):
@@ -519,11 +623,14 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
             raise ApiError(401, "incorrect API key", "authentication_error", "invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
-    async def run_limited(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    async def run_limited(request: Request, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """``fn`` in a worker thread, holding an answering slot, under the request's time budget: the
         pipeline stops at its next deadline check past the budget (504); should it not reach one within
-        a grace second, the reply is 504 all the same and the slot is freed when the worker ends."""
-        await limiter.acquire()
+        a grace second, the reply is 504 all the same and the slot is freed when the worker ends. The
+        client (its address, or behind a trusted proxy the forwarded one) holds at most
+        ``api.max_requests_per_client`` slots and queue places."""
+        client = request.client.host if request.client else None
+        await limiter.acquire(client)
         from bencao.deadline import DeadlineExceeded, deadline
         from bencao.serving.pipeline import GeneratorError
 
@@ -546,7 +653,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
                 return await asyncio.wait_for(asyncio.shield(work), timeout=budget + 1.0)
             except asyncio.TimeoutError:
                 deferred = True
-                work.add_done_callback(lambda f: (f.cancelled() or f.exception(), limiter.release()))
+                work.add_done_callback(lambda f: (f.cancelled() or f.exception(), limiter.release(client)))
                 raise too_slow() from None
         except DeadlineExceeded:
             raise too_slow() from None
@@ -556,7 +663,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             raise ApiError(400, str(exc)) from None
         finally:
             if not deferred:
-                limiter.release()
+                limiter.release(client)
 
     def capped(items: Any, param: str, max_items: int, setting: str) -> None:
         """At most ``max_items`` items, else a one-line 400 naming the setting that allows more."""
@@ -680,7 +787,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         pipeline = await holder.current()
         graph = holder.graph_field()
         extra = {"budget_chars": body.budget_chars} if body.budget_chars else {}
-        out = await run_limited(pipeline.retrieve_dict, q, triples, body.use_cot, body.options, **extra)
+        out = await run_limited(request, pipeline.retrieve_dict, q, triples, body.use_cot, body.options, **extra)
         return JSONResponse(jsonable_encoder({**out, "graph": graph}), headers=stale_headers(graph))
 
     @app.post("/v1/chat/completions")
@@ -691,6 +798,10 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
         for i, m in enumerate(body.messages):
             check_strings({**m.model_dump(exclude={"content"}), **(m.model_extra or {})}, f"messages[{i}]")
         q = question_of(body)
+        if body.model is not None and body.model.strip() and body.model.strip() != holder.pipeline.model_name:
+            raise ApiError(404, f"model {body.model!r} is not served here; this server answers as {holder.pipeline.model_name!r} "
+                                "(GET /v1/models); leave `model` out or name that one", "invalid_request_error", "model_not_found",
+                           param="model")
         params = {k: v for k, v in (("temperature", body.temperature), ("top_p", body.top_p), ("seed", body.seed),
                                      ("max_tokens", body.max_tokens or body.max_completion_tokens)) if v is not None}
         extra = body.model_extra or {}  # bencao's own fields beside OpenAI's: task, options, candidates
@@ -713,7 +824,7 @@ def create_app(pipeline: Any, cfg: ApiConfig | None = None, api_key: str | None 
             task = "mcq" if options else "rec"
         pipeline = await holder.current()
         graph = holder.graph_field()
-        res = await run_limited(pipeline.answer, q, task=task, options=options, candidates=candidates, **params)
+        res = await run_limited(request, pipeline.answer, q, task=task, options=options, candidates=candidates, **params)
         content = res["answer"]
         if getattr(getattr(pipeline, "cfg", None), "answer", None) is None or pipeline.cfg.answer.append_sources:
             from bencao.serving.answer import sources_block

@@ -138,7 +138,7 @@ def serve(
     graph: Path = GRAPH,
     config: Optional[Path] = CONFIG,
     host: Optional[str] = typer.Option(None, help="Interface to listen on (default api.host, 127.0.0.1)."),
-    port: Optional[int] = typer.Option(None, help="TCP port (default api.port, 8000)."),
+    port: Optional[int] = typer.Option(None, min=1, max=65535, help="TCP port, 1-65535 (default api.port, 8000)."),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="Bearer key required on /v1/*. A key given here is visible to every user of the machine in `ps` "
                                                                     "and stays in the shell history: prefer the environment variable ($BENCAO_API_KEY, see "
                                                                     "api.api_key_env), which this option overrides."),
@@ -202,4 +202,7 @@ def infer(
 
         res = run_inference(pipeline, src, output, cfg.infer, progress=on_progress)
     typer.echo(f"answered {res['answered']} of {res['total']} questions ({res['skipped']} already in {output}) -> {output}")
+    if res["failed"]:  # an LLM endpoint down is not a finished run
+        raise BencaoError(f"{res['failed']} of {res['total']} questions got no answer: {res['error']}; nothing was written for them "
+                          f"and the same command asks them again")
     typer.echo(f"throughput: {summary_line(res)}")

@@ -132,6 +132,10 @@ class ServeConfig(PipelineConfig):
     infer: InferConfig = field(default_factory=InferConfig, help="Batch inference (bencao infer).")
     eval: EvalSettings = field(default_factory=EvalSettings, help="Evaluation (bencao eval).")
 
+    def validate(self) -> None:
+        super().validate()
+        self.api.validate()
+
 
 _RETRIEVAL_KEYS = {f.name for f in dataclasses.fields(RetrievalConfig)}
 _EVAL_KEYS = {f.name for f in dataclasses.fields(EvalSettings)}

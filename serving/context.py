@@ -40,6 +40,9 @@ class ContextConfig:
                                             "passage's run of sentences that holds the most (and the rarest) words of the question, "
                                             "and for an option's passage the option, up to excerpt_chars — more passages fit a budget.")
     excerpt_chars: int = field(200, help="passage_mode excerpt: the longest excerpt of one passage, in characters.")
+    passage_order: str = field("evidence", help="evidence: passages in the retriever's fused order | lexical: the passages the "
+                                                "question's own BM25 search found first, by that score (the strongest question-only "
+                                                "signal on the classics: bench/RESULTS.md), then the others in fused order.")
     options_first: bool = field(True, help="A question with options: the passages found for the options (one per option, in option "
                                            "order) come before the question's other passages, so the budget covers every option.")
 
@@ -53,6 +56,8 @@ class ContextConfig:
             raise ConfigError("answer.context.budget_chars must be 0 (no budget) or positive")
         if self.passage_mode not in PASSAGE_MODES:
             raise ConfigError(f"answer.context.passage_mode: {self.passage_mode!r} is not one of {', '.join(PASSAGE_MODES)}")
+        if self.passage_order not in ("evidence", "lexical"):
+            raise ConfigError(f"answer.context.passage_order: {self.passage_order!r} is not evidence or lexical")
         if self.excerpt_chars < 20:
             raise ConfigError("answer.context.excerpt_chars must be at least 20")
 
@@ -268,6 +273,8 @@ def _options_first(snippets: list[SnippetHit]) -> list[SnippetHit]:
 def _passage_items(snippets: list[SnippetHit], lim: Limits, lang: str, cfg: ContextConfig | None = None,
                    weights: dict[str, float] | None = None, options: list[str] | None = None) -> list[ContextItem]:
     out = []
+    if cfg is not None and cfg.passage_order == "lexical":  # stable: the rest keep the fused order
+        snippets = sorted(snippets, key=lambda s: -(s.scores.get("bm25") or 0.0))
     if cfg is not None and cfg.options_first and options:
         snippets = _options_first(snippets)
     for s in snippets[: lim.passages]:
@@ -332,6 +339,7 @@ def passages_context(snippets: list[SnippetHit], cfg: ContextConfig | None = Non
     """Passages alone in the same layout and budget (plain BM25's evidence in a comparison)."""
     cfg = cfg or ContextConfig()
     only = ContextConfig(budget_chars=cfg.budget_chars, order=["passages"], min_item_chars=cfg.min_item_chars,
-                         fact_sources=cfg.fact_sources, passage_mode=cfg.passage_mode, excerpt_chars=cfg.excerpt_chars)
+                         fact_sources=cfg.fact_sources, passage_mode=cfg.passage_mode, excerpt_chars=cfg.excerpt_chars,
+                         passage_order="evidence", options_first=cfg.options_first)
     return render_context(Evidence(question=question, snippets=list(snippets), stats={"terms": weights} if weights else {}),
                           only, lang, budget_chars, limits)

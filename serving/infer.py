@@ -97,8 +97,10 @@ def summary_line(res: dict[str, Any]) -> str:
 
 def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | Path, cfg: InferConfig | None = None,
                   progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered}`` and the run's
-    throughput (:func:`throughput`: seconds, questions_per_s, prompt/generated tokens and tokens/s)."""
+    """Answer every question not yet in ``output_path``. Returns ``{total, skipped, answered, failed, error}`` and the
+    run's throughput (:func:`throughput`: seconds, questions_per_s, prompt/generated tokens and tokens/s): ``failed``
+    counts the questions whose LLM request failed (not written: asked again when the run is resumed), ``error`` is
+    the first such failure."""
     cfg = cfg or InferConfig()
     questions = read_questions(questions_path)
     meter = getattr(pipeline, "meter", None)
@@ -107,7 +109,8 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
     with JsonlAppender(output_path) as out:
         todo = [q for q in questions if q["id"] not in out.done_ids]
         skipped = len(questions) - len(todo)
-        done = 0
+        done = failed = 0
+        first_error: str | None = None
         if progress:
             progress(0, len(todo))
         bs = max(1, cfg.batch_size)
@@ -128,8 +131,10 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
                     done += 1
                     continue
                 a = answers[q["id"]].to_dict()
-                if a.get("error"):
-                    continue  # a failed LLM request: not written, retried when the run resumes
+                if a.get("error"):  # a failed LLM request: not written, retried when the run resumes
+                    failed += 1
+                    first_error = first_error or " ".join(str(a["error"]).split())[:300]
+                    continue
                 rec.update({k: a.get(k) for k in ("answer", "prediction", "citations", "invalid_citations", "abstained", "own_answer",
                                                   "answered_by", "query_triples")})
                 if cfg.evidence:
@@ -140,4 +145,5 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
             if progress:
                 progress(done, len(todo))
     usage = meter.snapshot().minus(before) if meter is not None else None
-    return {"total": len(questions), "skipped": skipped, "answered": done, **throughput(done, time.perf_counter() - started, usage)}
+    return {"total": len(questions), "skipped": skipped, "answered": done, "failed": failed, "error": first_error,
+            **throughput(done, time.perf_counter() - started, usage)}

@@ -194,6 +194,46 @@ def test_killed_add_leaves_the_store_unchanged_or_with_the_document_once(point, 
         assert [d["source"] for d in g.documents()].count(src.name) == 1
 
 
+#: Where a `graph remove` may die (issue 33 item 5): after its commit, after the manifest, in the index refresh.
+REMOVE_POINTS = ["remove.committed", "remove.manifest", "index.lexical@1", "index.lexical@3", "index.written", "refresh_indexes"]
+
+
+@pytest.fixture(scope="module")
+def indexed_two_documents(tmp_path_factory) -> tuple[Path, dict]:
+    """A lexical-indexed graph of the catalogue and the FoodOn subset, and what a clean build of the catalogue alone holds."""
+    d = tmp_path_factory.mktemp("remove")
+    assert main(["graph", "build", "-c", str(recipe(d / "two.yaml", [CATALOG, SUBSET], index=True)), "-g", str(d / "two")]) == 0
+    assert main(["graph", "build", "-c", str(recipe(d / "one.yaml", [CATALOG], index=True)), "-g", str(d / "one")]) == 0
+    return d / "two", content(d / "one")
+
+
+@pytest.mark.parametrize("point", REMOVE_POINTS)
+def test_a_killed_remove_heals_when_run_again(point, tmp_path, indexed_two_documents, capsys):
+    import shutil
+
+    from bencao.retrieval.index import open_indexes
+
+    src, expected = indexed_two_documents
+    graph = tmp_path / "g"
+    shutil.copytree(src.resolve(), graph)
+    with Graph.open(graph, read_only=True) as g:
+        doc = next(d["id"] for d in g.documents() if d["source"] == Path(SUBSET).name)
+    r = bencao("graph", "remove", doc, "-g", str(graph), fault=point)
+    assert r.returncode != 0, r.stdout
+    with Graph.open(graph, read_only=True) as g:
+        assert not g.has_document(doc)  # every point is past the commit
+    assert main(["graph", "remove", doc, "-g", str(graph)]) == 0  # the rerun finishes the work instead of "no document"
+    out = capsys.readouterr().out
+    assert doc in out
+    assert content(graph) == expected
+    with Graph.open(graph, read_only=True) as g:  # what `ask` and `serve` open: no "indexes are behind"
+        open_indexes(g)
+        assert g.read_manifest()["counts"] == g.counts()
+    capsys.readouterr()
+    assert main(["graph", "remove", doc, "-g", str(graph)]) != 0  # now there is nothing left to finish: the one-line error
+    assert f"no document {doc!r}" in capsys.readouterr().err
+
+
 def test_two_concurrent_adds_are_serialised(tmp_path):
     graph, _ = _old_graph(tmp_path)
     env = _env()

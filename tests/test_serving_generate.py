@@ -190,7 +190,8 @@ def test_batch_inference_with_a_generator_shows_options_and_links_them(graph, re
     pipe = AnswerPipeline(graph, PipelineConfig(), retriever=Recording(retriever, "retrieve"), clients={'generator': gen})
     out = tmp_path / "a.jsonl"
     res = run_inference(pipe, q, out, InferConfig(batch_size=2))
-    assert {k: res[k] for k in ("total", "skipped", "answered")} == {"total": 2, "skipped": 0, "answered": 2}
+    assert {k: res[k] for k in ("total", "skipped", "answered", "failed", "error")} == {"total": 2, "skipped": 0, "answered": 2,
+                                                                                      "failed": 0, "error": None}
     # throughput from the replies: the scripted client counts characters as tokens
     prompts = sum(len(m["content"]) for msgs in gen.calls for m in msgs)
     assert res["llm_requests"] == len(gen.calls) == 2 and res["prompt_tokens"] == prompts and res["generated_tokens"] == 2 * len("A [1]")

@@ -112,9 +112,9 @@ def test_a_local_model_answers_a_dev_format_file_with_its_throughput(graph, tmp_
     m = re.search(r"3 questions in ([\d.]+) s \(([\d.e+-]+) questions/s\); LLM: (\d+) requests \(0 cached\), ([\d,]+) prompt tokens "
                   r"\(([\d,.]+)/s\), ([\d,]+) generated \(([\d,.]+)/s\)", line)
     assert m, line
-    assert int(m.group(3)) == 6  # a CoT request and a generator request per question
+    assert int(m.group(3)) == 6  # a CoT request and a generator request (the option letters scored) per question
     prompt, generated = int(m.group(4).replace(",", "")), int(m.group(6).replace(",", ""))
-    assert prompt > 6 * 10 and 0 < generated <= 6 * 6  # max_tokens=6 in both stages
+    assert prompt > 6 * 10 and 0 < generated <= 3 * 6  # max_tokens=6 for the CoT model; scoring letters generates nothing
     assert float(m.group(7).replace(",", "")) == pytest.approx(generated / float(m.group(1)), rel=0.1)
     assert main(args) == 0
     printed = capsys.readouterr().out
@@ -126,6 +126,23 @@ def test_missing_graph_is_a_one_line_error(tmp_path, capsys):
     q = _write(tmp_path / "q.jsonl", [{"id": "a", "question": "大枣？"}])
     assert main(["infer", str(q), "--output", str(tmp_path / "a.jsonl"), "--graph", str(tmp_path / "none")]) == 2
     assert "no graph here" in capsys.readouterr().err
+
+
+def test_an_llm_endpoint_that_is_down_is_a_failed_run_not_answered_0_of_3(graph, tmp_path, capsys):
+    """Issue 33 item 7: `infer` said "answered 0 of 3" and exited 0 when its generator could not be reached."""
+    from serving_helpers import free_port
+
+    q = _write(tmp_path / "q.jsonl", [{"id": f"q{i}", "question": f"{n}的性味是什么？"} for i, n in enumerate(_names(3))])
+    out = tmp_path / "a.jsonl"
+    down = f"qwen@http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    rc = main(["infer", str(q), "--output", str(out), "--graph", str(graph), "--llm", down, "--set", "generator.max_retries=0",
+               "--set", "generator.cache=none"])
+    cap = capsys.readouterr()
+    assert rc != 0, cap.out
+    assert "answered 0 of 3" in cap.out
+    err = cap.err.strip().splitlines()[-1]
+    assert err.startswith("error: 3 of 3 questions got no answer") and "asks them again" in err, cap.err
+    assert not out.exists() or out.read_text(encoding="utf-8") == ""  # nothing half-written: the rerun asks all three
 
 
 def test_killed_batch_inference_resumes_without_duplicates(graph, tmp_path):

@@ -112,6 +112,24 @@ def test_recipe_errors_are_one_line(tmp_path):
     assert args.learning_rate == pytest.approx(1e-4)
 
 
+@pytest.mark.parametrize("launcher", [[], ["--accelerate-config", "zero2", "--num-processes", "2"]])
+def test_a_misspelt_recipe_key_is_refused_once_before_anything_launches_even_in_a_dry_run(tmp_path, capsys, launcher):
+    """Issue 33 item 7: `--dry-run` printed the launch line for a misspelt key, and the launched ranks each failed
+    with a traceback. The recipe is checked once, before the line is printed or run."""
+    from bencao.cli import main
+
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text(f"model_name_or_path: x\ntrain_file: t.jsonl\noutput_dir: {tmp_path / 'o'}\nlearning_rat: 1e-4\n", encoding="utf-8")
+    assert main(["train", "sft", "--config", str(cfg), *launcher, "--dry-run"]) == 2
+    cap = capsys.readouterr()
+    assert "accelerate" not in cap.out and "bencao.training.sft" not in cap.out  # no launch line
+    err = cap.err.strip().splitlines()
+    assert len(err) == 1 and "unknown key(s) learning_rat (did you mean learning_rate" in err[0], cap.err
+    cfg.write_text(f"model_name_or_path: x\ntrain_file: t.jsonl\noutput_dir: {tmp_path / 'o'}\nlearning_rate: 1e-4\n", encoding="utf-8")
+    assert main(["train", "sft", "--config", str(cfg), *launcher, "--dry-run"]) == 0
+    assert "bencao.training.sft" in capsys.readouterr().out
+
+
 def _env():
     env = dict(os.environ, OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env["PYTHONPATH"] = str(REPO / "tests")

@@ -64,19 +64,29 @@ def parse_recipe(dataclass_types: Sequence[type], data: dict[str, Any], where: s
     """
     from transformers import HfArgumentParser
 
-    known: set[str] = set()
-    for tp in dataclass_types:
-        known |= {f.name for f in dataclasses.fields(tp) if f.init}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
-    data = {k: _coerce(v, _field_types(dataclass_types).get(k), where, k) for k, v in data.items()}
+    data = check_recipe(dataclass_types, data, where)
     parser = HfArgumentParser(list(dataclass_types))
     try:
         return parser.parse_dict(data)
     except (TypeError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{where}: {first}") from None
+
+
+def check_recipe(dataclass_types: Sequence[type], data: dict[str, Any], where: str) -> dict[str, Any]:
+    """What :func:`parse_recipe` checks before it builds anything: every key known to one of the dataclasses (a
+    misspelt key names the closest known ones), every value readable as its field's type. Cheap (no training
+    arguments are built, nothing is initialised): a launcher runs it once before starting any rank."""
+    import difflib
+
+    known: set[str] = set()
+    for tp in dataclass_types:
+        known |= {f.name for f in dataclasses.fields(tp) if f.init}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        hints = [f"{k} (did you mean {', '.join(close)}?)" if (close := difflib.get_close_matches(k, known, n=2)) else k for k in unknown]
+        raise ConfigError(f"{where}: unknown key(s) {'; '.join(hints)}")
+    return {k: _coerce(v, _field_types(dataclass_types).get(k), where, k) for k, v in data.items()}
 
 
 def _field_types(dataclass_types: Sequence[type]) -> dict[str, Any]:

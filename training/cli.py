@@ -39,9 +39,11 @@ def sft_cmd(
     """
     from bencao.training import launch
     from bencao.training.args import recipe_dict
+    from bencao.training.sft import validate_recipe
 
     overrides = cliopts.merged(overrides, set_)
     recipe = recipe_dict(config, overrides)
+    validate_recipe(config, overrides)  # once, here: not once per rank after the launch
     name = accelerate_config or launch.default_accelerate_config(recipe, num_processes)
     if name is None:
         if dry_run:

@@ -83,22 +83,42 @@ def recipe_defaults(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any]:
-    """(script_args, training_args, model_args) from a YAML recipe and ``key=value`` overrides."""
-    from bencao.training.args import parse_recipe, recipe_dict, resolve_shipped
+def _recipe(config: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
+    from bencao.training.args import recipe_dict, resolve_shipped
 
     data = recipe_defaults(recipe_dict(config, overrides))
     if isinstance(data.get("deepspeed"), str) and data["deepspeed"]:
         data["deepspeed"] = str(resolve_shipped(data["deepspeed"], "configs/deepspeed", (".json",)))
     if isinstance(data.get("lora_target_modules"), str):
         data["lora_target_modules"] = [data["lora_target_modules"]]
-    script_args, training_args, model_args = parse_recipe(dataclass_types(), data, str(config or "config"))
-    if script_args.overlong not in ("truncate", "drop"):
-        raise ConfigError(f"{config or 'config'}: overlong must be truncate or drop, got {script_args.overlong!r}")
-    if not model_args.model_name_or_path:
-        raise ConfigError(f"{config or 'config'}: model_name_or_path is required")
-    if not script_args.train_file:
-        raise ConfigError(f"{config or 'config'}: train_file is required")
+    return data
+
+
+def _check_required(where: str, overlong: Any, model: Any, train_file: Any) -> None:
+    if overlong not in ("truncate", "drop"):
+        raise ConfigError(f"{where}: overlong must be truncate or drop, got {overlong!r}")
+    if not model:
+        raise ConfigError(f"{where}: model_name_or_path is required")
+    if not train_file:
+        raise ConfigError(f"{where}: train_file is required")
+
+
+def validate_recipe(config: str | Path | None, overrides: Sequence[str] = ()) -> None:
+    """The recipe's checks without building the training arguments: what ``bencao train sft`` runs once before it
+    launches any rank (and for ``--dry-run``), so a misspelt key is one line instead of a traceback per rank."""
+    from bencao.training.args import check_recipe
+
+    where = str(config or "config")
+    data = check_recipe(dataclass_types(), _recipe(config, overrides), where)
+    _check_required(where, data.get("overlong", "truncate"), data.get("model_name_or_path"), data.get("train_file"))
+
+
+def parse_args(config: str | Path | None, overrides: Sequence[str] = ()) -> tuple[Any, Any, Any]:
+    """(script_args, training_args, model_args) from a YAML recipe and ``key=value`` overrides."""
+    from bencao.training.args import parse_recipe
+
+    script_args, training_args, model_args = parse_recipe(dataclass_types(), _recipe(config, overrides), str(config or "config"))
+    _check_required(str(config or "config"), script_args.overlong, model_args.model_name_or_path, script_args.train_file)
     return script_args, training_args, model_args
 
 

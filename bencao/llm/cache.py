@@ -40,6 +40,11 @@ CREATE TABLE IF NOT EXISTS responses (
 
 
 def cache_key(model: str, messages: list[Message], params: dict[str, Any]) -> str:
+    """The request's key; the random nonces of a prompt's fence tags are blanked (the same evidence asked
+    again is the same request)."""
+    from bencao.prompting import without_nonces
+
+    messages = [{**m, "content": without_nonces(m["content"])} if isinstance(m.get("content"), str) else m for m in messages]
     blob = json.dumps({"model": model, "messages": messages, "params": params}, ensure_ascii=False, sort_keys=True)
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
@@ -141,6 +146,15 @@ class CachedClient(SyncFacade):
                 self.misses += 1
         return hit
 
+    def _misses(self, out: list[Any]) -> list[int]:
+        """The slots with nothing cached, to ask the backend; with ``replay_only`` each becomes a cache-miss error instead."""
+        todo = [i for i, o in enumerate(out) if o is None]
+        if todo and self.replay_only:
+            for i in todo:
+                out[i] = self._miss_error()
+            return []
+        return todo
+
     def _miss_error(self) -> LLMError:
         return LLMError(f"{self.cache.path}: request not in the cache (replay_only)", kind="cache_miss")
 
@@ -159,11 +173,7 @@ class CachedClient(SyncFacade):
         """Hits from the cache; the misses go to the backend as one batch (local models generate it together)."""
         keys = [self._key(m, params) for m in batch]
         out: list[Completion | LLMError | None] = [self._lookup(k) for k, _ in keys]
-        todo = [i for i, o in enumerate(out) if o is None]
-        if todo and self.replay_only:
-            for i in todo:
-                out[i] = self._miss_error()
-            todo = []
+        todo = self._misses(out)
         if todo:
             p = keys[todo[0]][1]
             fresh = await self.inner.acomplete_many([batch[i] for i in todo], **p)
@@ -202,11 +212,7 @@ class CachedClient(SyncFacade):
                                   top_k: int = 20) -> list[ChoiceScores | LLMError]:
         keys = [self._score_key(m, c, prefix, top_k) for m, c in zip(batch, choices)]
         out: list[ChoiceScores | LLMError | None] = [self._score_hit(k) for k, _ in keys]
-        todo = [i for i, o in enumerate(out) if o is None]
-        if todo and self.replay_only:
-            for i in todo:
-                out[i] = self._miss_error()
-            todo = []
+        todo = self._misses(out)
         if todo:
             fresh = await self.inner.ascore_choices_many([batch[i] for i in todo], [choices[i] for i in todo], prefix=prefix,
                                                           top_k=top_k)

@@ -2,7 +2,8 @@
 
 ``Metered(client, meter)`` is the client itself to its callers (attributes read and set go through to it);
 each :class:`Completion` that comes back through ``complete``, ``complete_many``, ``acomplete`` or
-``acomplete_many`` is added to ``meter``. Replies served from a response cache are counted apart: they
+``acomplete_many`` is added to ``meter``, and each :class:`ChoiceScores` of ``score_choices(_many)`` (a request
+that reads its prompt and generates nothing). Replies served from a response cache are counted apart: they
 cost no generation time.
 """
 
@@ -12,7 +13,7 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bencao.llm.base import Completion
+from bencao.llm.base import ChoiceScores, Completion
 
 
 @dataclass
@@ -38,14 +39,14 @@ class UsageMeter:
     def add(self, replies: list[Any]) -> None:
         with self._lock:
             for r in replies:
-                if not isinstance(r, Completion):
+                if not isinstance(r, (Completion, ChoiceScores)):
                     continue  # a failed request (LLMError in its slot)
                 if r.cached:
                     self._usage.cached += 1
                     continue
                 self._usage.requests += 1
                 self._usage.prompt_tokens += int(r.prompt_tokens or 0)
-                self._usage.completion_tokens += int(r.completion_tokens or 0)
+                self._usage.completion_tokens += int(getattr(r, "completion_tokens", 0) or 0)
 
     def snapshot(self) -> Usage:
         with self._lock:
@@ -84,3 +85,23 @@ class Metered:
         replies = await self._client.acomplete_many(batch, **params)
         self._meter.add(replies)
         return replies
+
+    def score_choices(self, messages: Any, choices: Any, **kw: Any) -> Any:
+        r = self._client.score_choices(messages, choices, **kw)
+        self._meter.add([r])
+        return r
+
+    def score_choices_many(self, batch: Any, choices: Any, **kw: Any) -> Any:
+        res = self._client.score_choices_many(batch, choices, **kw)
+        self._meter.add(res)
+        return res
+
+    async def ascore_choices(self, messages: Any, choices: Any, **kw: Any) -> Any:
+        r = await self._client.ascore_choices(messages, choices, **kw)
+        self._meter.add([r])
+        return r
+
+    async def ascore_choices_many(self, batch: Any, choices: Any, **kw: Any) -> Any:
+        res = await self._client.ascore_choices_many(batch, choices, **kw)
+        self._meter.add(res)
+        return res

@@ -25,7 +25,7 @@ import os
 import sqlite3
 import threading
 import uuid
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -38,6 +38,10 @@ from bencao.text import norm_key
 SCHEMA_VERSION = 1
 DB_NAME = "graph.sqlite"
 MANIFEST_NAME = "manifest.json"
+
+#: A streamed document (its loader calls ``DocumentBuilder.checkpoint``) spills into its open transaction
+#: whenever the builder holds this many entities and snippets.
+SPILL_ITEMS = 20_000
 
 #: When several sources give a triple different layers, the most trusted wins.
 LAYER_PRECEDENCE = ("imported", "book", "personal", "completed")
@@ -82,7 +86,7 @@ def store_key(directory: str | Path) -> tuple[str, int, int] | None:
     try:
         real = os.path.realpath(path)
         ino = os.stat(real).st_ino
-        conn = sqlite3.connect(f"file:{real}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(read_only_uri(real), uri=True, timeout=1.0)
         try:
             r = conn.execute("SELECT value FROM meta WHERE key='generation'").fetchone()
         finally:
@@ -90,6 +94,79 @@ def store_key(directory: str | Path) -> tuple[str, int, int] | None:
     except (OSError, sqlite3.Error):
         return None
     return (real, ino, int(r[0]) if r else 0)
+
+
+def folder_writable(directory: str | Path) -> bool:
+    """Can this process create files in ``directory``? False on a read-only mount and in a folder without write permission."""
+    return os.access(directory, os.W_OK)
+
+
+def read_only_uri(path: str | Path) -> str:
+    """The URI that opens the store at ``path`` for reading.
+
+    A WAL-mode store needs its WAL index (``-shm``) even to be read, and SQLite makes that file beside
+    the store: in a folder this process cannot write to (a read-only mount, a container image, a shared
+    folder), opening a cleanly closed graph fails with "unable to open database file". There the store
+    is opened ``immutable``: read as it is on disk, no locks, no WAL index. A store that was not closed
+    cleanly (a non-empty ``-wal`` beside it) is opened normally, so its last commits are not skipped."""
+    from urllib.parse import quote
+
+    path = Path(path)
+    uri = f"file:{quote(str(path))}?mode=ro"
+    if folder_writable(path.parent):
+        return uri
+    wal = Path(f"{path}-wal")
+    try:
+        pending = wal.stat().st_size > 0
+    except OSError:
+        pending = False
+    return uri if pending else uri + "&immutable=1"
+
+
+DAMAGED_MANIFEST = MANIFEST_NAME + ".damaged"
+#: The manifest's records that must be objects (or lists) when present.
+_MANIFEST_SHAPES = {"counts": dict, "embedders": dict, "indexes": dict, "history": list, "build": dict}
+
+
+def manifest_problem(path: str | Path) -> str | None:
+    """What is wrong with the manifest at ``path`` (unreadable, not UTF-8 JSON, not an object, a record of the wrong
+    shape), or None when it reads as a manifest."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        return f"unreadable: {exc.strerror or exc}"
+    except UnicodeDecodeError:
+        return "not UTF-8 text"
+    except ValueError as exc:
+        return f"not JSON: {exc}"
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__}, not an object"
+    for key, shape in _MANIFEST_SHAPES.items():
+        if key in data and not isinstance(data[key], shape):
+            return f"its {key!r} record is a {type(data[key]).__name__}, not a{'n object' if shape is dict else ' list'}"
+    idx = data.get("indexes") or {}
+    for key in ("generation", "config", "lexical", "dense"):
+        if key in idx and idx[key] is not None and not isinstance(idx[key], dict):
+            return f"its indexes.{key} record is a {type(idx[key]).__name__}, not an object"
+    return None
+
+
+#: Stores this process opened (the newest last): what a "database disk image is malformed" met later is about.
+_OPENED: list[Path] = []
+
+
+def damaged_store_error(path: str | Path, exc: BaseException) -> BencaoError:
+    """The one-line error for a store SQLite cannot read (truncated, overwritten, not a database)."""
+    return BencaoError(f"{path}: the graph store is damaged ({exc}); it cannot be repaired in place: rebuild the graph with "
+                       f"`bencao graph build --config RECIPE --graph {Path(path).parent}` (or restore the folder from a backup)")
+
+
+def damaged_store_message(exc: BaseException) -> str | None:
+    """For the CLI: the one line for a damage error SQLite raised while reading a store this process opened."""
+    text = str(exc)
+    if not isinstance(exc, sqlite3.DatabaseError) or not any(w in text for w in ("malformed", "not a database", "disk I/O error")):
+        return None
+    return str(damaged_store_error(_OPENED[-1] if _OPENED else DB_NAME, exc))
 
 
 def _now() -> str:
@@ -147,8 +224,8 @@ class DocumentBuilder:
         self.source = source
         self.kind = kind
         self.format = format
-        self.title = title
-        self.licence = licence
+        self.title = clean_title(title, "document title") or None if title else title  # a 1 MB --title is cut like a heading
+        self.licence = clean_title(licence, "licence") or None if licence else licence
         self.meta = dict(meta or {})
         self.sections: list[tuple] = []
         self.snippets: list[tuple] = []
@@ -170,6 +247,58 @@ class DocumentBuilder:
         self.conflicts: list[tuple[str, str, str | None, str, str | None]] = []
         #: what normalisation and checks changed or found (shown in the add's summary when not zero)
         self.notes: dict[str, int] = {}
+        # -- streaming (a loader that calls checkpoint() between batches): what was spilled into the open transaction
+        self._tx: contextlib.ExitStack | None = None
+        self._spilled: Counter[str] = Counter()
+        self._merged_entities: set[str] = set()  # entities this document gave again after a spill (their views are refreshed)
+        self._known: "OrderedDict[str, bool]" = OrderedDict()  # spilled entity ids a later triple used (bounded)
+
+    # -- streaming
+    @property
+    def spilled(self) -> bool:
+        return self._tx is not None
+
+    def checkpoint(self) -> bool:
+        """Called by a loader between batches of records. Once the builder holds :data:`SPILL_ITEMS` entities and
+        snippets, they (with their aliases, triples and sources) are written into the store inside the
+        document's one write transaction, opened now and committed by ``Graph.commit``, and dropped from memory:
+        a large file streams in bounded memory and still lands all or nothing. True when it spilled (a loader may then
+        forget what it kept of the records so far: it is in the store, readable through this graph's connection)."""
+        if len(self.entities) + len(self.snippets) >= SPILL_ITEMS and not self.graph.read_only:
+            self.graph._spill(self)
+            return self._tx is not None
+        return False
+
+    def abort(self) -> None:
+        """Roll back what a streamed document spilled (its transaction); nothing when it spilled nothing."""
+        tx, self._tx = self._tx, None
+        if tx is not None:
+            import sys
+
+            tx.__exit__(*(sys.exc_info() if sys.exc_info()[0] is not None else (BencaoError, BencaoError("aborted"), None)))
+
+    def _has_entity(self, eid: str) -> bool:
+        if eid in self.entities:
+            return True
+        if self._tx is None:
+            return False
+        if eid in self._known:
+            self._known.move_to_end(eid)
+            return True
+        found = self.graph.conn.execute("SELECT 1 FROM entities WHERE id=?", (eid,)).fetchone() is not None
+        if found:
+            self._known[eid] = True
+            if len(self._known) > 10_000:
+                self._known.popitem(last=False)
+        return found
+
+    def _drop_spilled(self) -> None:
+        for name, held in (("sections", self.sections), ("snippets", self.snippets), ("entities", self.entities),
+                           ("triples", self.triples), ("aliases", self.aliases), ("links", self.links)):
+            self._spilled[name] += len(held)
+        self.sections, self.snippets = [], []
+        self.entities, self.aliases, self.triples, self.triple_sources, self.links = {}, {}, {}, {}, {}
+        self._local_names, self._graph_names = {}, {}
 
     # -- macro
     def section(self, title: str, parent: str | None = None, meta: dict[str, Any] | None = None) -> str:
@@ -252,8 +381,10 @@ class DocumentBuilder:
             q = ",".join("?" * len(chunk))
             best: dict[str, tuple[int, int, str]] = {}
             for norm, eid, is_name, rowid in self.graph.conn.execute(
-                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a JOIN entities e ON e.id = a.entity_id "
-                    f"WHERE a.norm IN ({q}) AND e.type=? AND e.layer != 'case'", (*chunk, type_)):
+                    # CROSS JOIN and +e.type keep SQLite on the aliases key: with no statistics it may scan every entity
+                    # of the type instead (50 s for 15 lookups once a streamed catalogue had spilled 20 k substances)
+                    f"SELECT a.norm, a.entity_id, a.kind='name', e.rowid FROM aliases a CROSS JOIN entities e ON e.id = a.entity_id "
+                    f"WHERE a.norm IN ({q}) AND +e.type=? AND e.layer != 'case'", (*chunk, type_)):
                 rank = (-int(is_name), rowid, eid)
                 if norm not in best or rank < best[norm]:
                     best[norm] = rank
@@ -284,7 +415,7 @@ class DocumentBuilder:
         if not 0.0 <= confidence <= 1.0:
             raise ValueError(f"confidence {confidence} outside [0, 1]")
         for eid in (head_id, tail_id):
-            if eid not in self.entities:
+            if not self._has_entity(eid):
                 raise KeyError(f"entity {eid} must be added to the builder before a triple uses it")
         if relation not in self.relations:
             self.relations[check_name(relation, "relation name")] = (relation, None, None, None)
@@ -320,8 +451,10 @@ class DocumentBuilder:
 
     @property
     def counts(self) -> dict[str, int]:
-        return {"sections": len(self.sections), "snippets": len(self.snippets), "entities": len(self.entities),
-                "aliases": len(self.aliases), "triples": len(self.triples), **{k: v for k, v in self.notes.items() if v}}
+        sp = self._spilled
+        return {"sections": sp["sections"] + len(self.sections), "snippets": sp["snippets"] + len(self.snippets),
+                "entities": sp["entities"] + len(self.entities), "aliases": sp["aliases"] + len(self.aliases),
+                "triples": sp["triples"] + len(self.triples), **{k: v for k, v in self.notes.items() if v}}
 
     def hierarchy_cycles(self, relation: str) -> list[list[str]]:
         """Cycles of ``relation`` among this document's triples (``a is_a b is_a a``, ``a is_a a``): the
@@ -433,8 +566,21 @@ class Graph:
             if create:
                 return cls.create(directory)
             raise BencaoError(f"{directory}: no graph here (expected {DB_NAME}); build one with `bencao graph build`")
-        g = cls._connect(directory, read_only=read_only)
-        row = g.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        if not read_only and not folder_writable(directory):  # a read-only mount: read what can be read, refuse writes in write()
+            read_only = True
+        try:
+            g = cls._connect(directory, read_only=read_only)
+            row = g.conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):  # an empty file, or another program's database
+                raise damaged_store_error(directory / DB_NAME, f"no graph tables in it: {exc}") from None
+            if "unable to open" not in str(exc):
+                raise
+            raise BencaoError(f"{directory / DB_NAME}: cannot be opened ({exc}): its folder is read-only and the store was not "
+                              f"closed cleanly (a {DB_NAME}-wal is beside it); open it once where the folder is writable (e.g. "
+                              f"`bencao graph stats --graph DIR` on a writable copy) to fold the WAL in, then serve that copy") from None
+        except sqlite3.DatabaseError as exc:
+            raise damaged_store_error(directory / DB_NAME, exc) from None
         version = int(row[0]) if row else None
         if version != SCHEMA_VERSION:
             raise BencaoError(f"{directory}: graph schema version {version} is not the supported version {SCHEMA_VERSION}; rebuild it")
@@ -444,7 +590,7 @@ class Graph:
     def _connect(cls, directory: Path, read_only: bool = False) -> "Graph":
         path = directory / DB_NAME
         if read_only:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False, isolation_level=None)
+            conn = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False, isolation_level=None)
         else:
             conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=BUSY_TIMEOUT_S)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -454,6 +600,8 @@ class Graph:
         conn.row_factory = sqlite3.Row
         g = cls(directory, conn, read_only=read_only)
         g._db_ino = os.stat(path).st_ino
+        _OPENED.append(path)
+        del _OPENED[:-8]
         return g
 
     def close(self) -> None:
@@ -473,7 +621,23 @@ class Graph:
         return self.conn.execute("SELECT 1 FROM documents WHERE id=?", (document_id,)).fetchone() is not None
 
     def commit(self, b: DocumentBuilder) -> bool:
-        """Write a built document in one transaction. Returns False when it was already present."""
+        """Write a built document in one transaction. Returns False when it was already present.
+
+        A streamed document (one that spilled, :meth:`DocumentBuilder.checkpoint`) has its transaction open
+        already: the rest is written into it, the merged views of what it shares are refreshed, and it commits."""
+        if b.spilled:
+            try:
+                with self._lock:
+                    self._write_rows(b, merge=True)
+                    self.conn.execute("UPDATE documents SET title=?, licence=?, meta=?, status='ready' WHERE id=?",
+                                      (b.title, b.licence, json.dumps(b.meta, ensure_ascii=False), b.document_id))
+                    self._refresh_document_views(b)
+            except BaseException:
+                b.abort()
+                raise
+            tx, b._tx = b._tx, None
+            tx.close()  # COMMIT (the write() block ends normally)
+            return True
         with self._lock:
             if self.has_document(b.document_id):
                 return False
@@ -483,43 +647,108 @@ class Graph:
                     "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
                     (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "ready", json.dumps(b.meta, ensure_ascii=False), _now()),
                 )
-                faults.call("sqlite.write")
-                c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
-                faults.call("sqlite.write")
-                c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
-                ent_attrs = [json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in b.entities.values()]
-                c.executemany(
-                    "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
-                    ((e.id, e.name, e.norm, e.type, e.layer, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
-                )
-                c.executemany(
-                    "INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
-                    ((e.id, b.document_id, a, e.description) for e, a in zip(b.entities.values(), ent_attrs)),
-                )
-                faults.call("sqlite.write")
-                c.executemany(
-                    "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
-                    ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
-                )
-                c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
-                faults.call("sqlite.write")
-                c.executemany(
-                    "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    iter(b.triples.values()),
-                )
-                c.executemany(
-                    "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
-                    iter(b.triple_sources.values()),
-                )
-                c.executemany(
-                    "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
-                    [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
-                )
+                self._write_rows(b, merge=False)
                 # Entities and triples that existed before this document: refresh merged views.
                 # (a source that says nothing of an entity, e.g. a relation file naming it, changes no merged view)
                 self._refresh_entities([e.id for e in b.entities.values() if e.attributes or e.description], only_shared=True)
                 self._refresh_triples(list(b.triples), only_shared=True)
         return True
+
+    def _spill(self, b: DocumentBuilder) -> None:
+        """Write what ``b`` holds into its document's transaction (opened on the first spill) and drop it from ``b``."""
+        with self._lock:
+            if b._tx is None:
+                if self.has_document(b.document_id):
+                    return  # already in the graph: commit() will say so
+                tx = contextlib.ExitStack()
+                tx.enter_context(self.write())
+                b._tx = tx
+                try:
+                    self.conn.execute(
+                        "INSERT INTO documents(id, source, title, kind, format, licence, status, meta, added_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                        (b.document_id, b.source, b.title, b.kind, b.format, b.licence, "loading", "{}", _now()))
+                except BaseException:
+                    b.abort()
+                    raise
+            try:
+                self._write_rows(b, merge=True)
+            except BaseException:
+                b.abort()
+                raise
+            b._drop_spilled()
+
+    def _write_rows(self, b: DocumentBuilder, merge: bool) -> None:
+        """The rows ``b`` holds (its documents row is written already). ``merge``: the document may have written some
+        of these entities and triple sources in an earlier spill; they are merged (attributes united, the higher
+        confidence kept), not inserted twice."""
+        c = self.conn
+        faults.call("sqlite.write")
+        c.executemany("INSERT INTO sections(id, document_id, parent_id, level, title, path, ord) VALUES (?,?,?,?,?,?,?)", b.sections)
+        faults.call("sqlite.write")
+        c.executemany("INSERT INTO snippets(id, document_id, section_id, ord, text, n_tokens) VALUES (?,?,?,?,?,?)", b.snippets)
+        ents = list(b.entities.values())
+        ent_attrs = {e.id: json.dumps(e.attributes, ensure_ascii=False) if e.attributes else "{}" for e in ents}
+        c.executemany(
+            "INSERT OR IGNORE INTO entities(id, name, norm, type, layer, attributes, description) VALUES (?,?,?,?,?,?,?)",
+            ((e.id, e.name, e.norm, e.type, e.layer, ent_attrs[e.id], e.description) for e in ents),
+        )
+        earlier: dict[str, tuple[str, str | None]] = {}
+        if merge and b.spilled:
+            for chunk in _chunks([e.id for e in ents], 500):
+                q = ",".join("?" * len(chunk))
+                for eid, attrs, desc in c.execute(f"SELECT entity_id, attributes, description FROM entity_sources WHERE document_id=? "
+                                                  f"AND entity_id IN ({q})", (b.document_id, *chunk)):
+                    earlier[eid] = (attrs, desc)
+        if earlier:
+            updates = []
+            for e in ents:
+                if e.id in earlier:
+                    old_attrs, old_desc = earlier[e.id]
+                    merged = merge_attributes([json.loads(old_attrs), e.attributes])
+                    updates.append((json.dumps(merged, ensure_ascii=False) if merged else "{}", old_desc or e.description, e.id, b.document_id))
+            c.executemany("UPDATE entity_sources SET attributes=?, description=? WHERE entity_id=? AND document_id=?", updates)
+            b._merged_entities.update(earlier)
+        new = [e for e in ents if e.id not in earlier]
+        c.executemany("INSERT INTO entity_sources(entity_id, document_id, attributes, description) VALUES (?,?,?,?)",
+                      ((e.id, b.document_id, ent_attrs[e.id], e.description) for e in new))
+        faults.call("sqlite.write")
+        c.executemany(
+            "INSERT OR IGNORE INTO aliases(norm, entity_id, alias, kind, document_id) VALUES (?,?,?,?,?)",
+            ((k[0], k[1], alias, k[2], b.document_id) for k, alias in b.aliases.items()),
+        )
+        c.executemany("INSERT OR IGNORE INTO relations(name, description, head_type, tail_type) VALUES (?,?,?,?)", list(b.relations.values()))
+        faults.call("sqlite.write")
+        c.executemany(
+            "INSERT OR IGNORE INTO triples(id, head_id, relation, tail_id, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+            iter(b.triples.values()),
+        )
+        sources = list(b.triple_sources.values())
+        if merge and b.spilled:  # a source this document wrote in an earlier spill: keep the higher confidence
+            c.executemany("UPDATE triples SET confidence=? WHERE id=? AND confidence < ? AND layer != 'completed'",
+                          ((t[4], t[0], t[4]) for t in b.triples.values()))
+            c.executemany("UPDATE triple_sources SET confidence=?, layer=?, origin=?, attributes=? WHERE triple_id=? AND document_id=? "
+                          "AND COALESCE(snippet_id, '')=? AND confidence < ?",
+                          ((src[4], src[5], src[6], src[7], src[0], src[1], src[2] or "", src[4]) for src in sources))
+        c.executemany(
+            "INSERT OR IGNORE INTO triple_sources(triple_id, document_id, snippet_id, kind, confidence, layer, origin, attributes) VALUES (?,?,?,?,?,?,?,?)",
+            iter(sources),
+        )
+        c.executemany(
+            "INSERT OR REPLACE INTO links(src_id, dst_id, kind, score, document_id) VALUES (?,?,?,?,?)",
+            [(s, d, k, score, b.document_id) for (s, d, k), score in b.links.items()],
+        )
+
+    def _refresh_document_views(self, b: DocumentBuilder) -> None:
+        """A streamed document's merged views: what it shares with other documents, and what it gave twice itself."""
+        c = self.conn
+        ents = c.execute("SELECT entity_id FROM entity_sources WHERE document_id=? AND (attributes != '{}' OR description IS NOT NULL)",
+                         (b.document_id,))
+        while chunk := [r[0] for r in ents.fetchmany(20_000)]:  # a cursor read in pieces: a million ids are never held at once
+            self._refresh_entities(chunk, only_shared=True)
+        self._refresh_entities(sorted(b._merged_entities))
+        triples = c.execute("SELECT DISTINCT triple_id FROM triple_sources WHERE document_id=?", (b.document_id,))
+        while chunk := [r[0] for r in triples.fetchmany(20_000)]:
+            self._refresh_triples(chunk, only_shared=True)
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:
@@ -530,6 +759,9 @@ class Graph:
         """
         from bencao.retrieval.graph.versions import writer_lock
 
+        if self.read_only:
+            why = "its folder is read-only" if not folder_writable(self.dir) else "it was opened read-only"
+            raise BencaoError(f"{self.dir}: this command writes to the graph, and {why}; run it where the graph is writable")
         with self._lock, writer_lock(self.dir):
             c = self.conn
             try:
@@ -681,8 +913,8 @@ class Graph:
     def find_entity_id(self, norm: str, type_: str | None = None, exclude_layers: tuple[str, ...] = ()) -> str | None:
         """Id of an entity known under matching key ``norm`` (name first, then other aliases), of type ``type_``
         when given, in none of ``exclude_layers``."""
-        sql = ("SELECT a.entity_id FROM aliases a JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
-               + (" AND e.type=?" if type_ else "") + "".join(" AND e.layer != ?" for _ in exclude_layers)
+        sql = ("SELECT a.entity_id FROM aliases a CROSS JOIN entities e ON e.id = a.entity_id WHERE a.norm=?"
+               + (" AND +e.type=?" if type_ else "") + "".join(" AND e.layer != ?" for _ in exclude_layers)
                + " ORDER BY (a.kind='name') DESC, e.rowid LIMIT 1")
         r = self.conn.execute(sql, (norm, *([type_] if type_ else []), *exclude_layers)).fetchone()
         return r[0] if r else None
@@ -868,10 +1100,28 @@ class Graph:
         return self.dir / MANIFEST_NAME
 
     def read_manifest(self) -> dict[str, Any]:
+        """The manifest; {} when there is none. A damaged one (truncated, not JSON, not an object, a record of the
+        wrong shape) is a one-line error naming the file and the repair."""
         p = self.manifest_path()
         if not p.exists():
             return {}
+        why = manifest_problem(p)
+        if why is not None:
+            raise BencaoError(f"{p}: damaged manifest ({why}); repair it with `bencao graph index --graph {self.dir} --force` "
+                              f"(it keeps the damaged file as {DAMAGED_MANIFEST} and writes a new manifest from the store)")
         return json.loads(p.read_text(encoding="utf-8"))
+
+    def repair_manifest(self) -> str | None:
+        """A damaged manifest moved aside (``manifest.json.damaged``) and a new one written from the store; returns the
+        problem it had, or None when it was sound. What only the old one knew (the recorded index configuration and
+        history) is lost: the caller rebuilds the indexes."""
+        p = self.manifest_path()
+        why = manifest_problem(p) if p.exists() else None
+        if why is None:
+            return None
+        os.replace(p, self.dir / DAMAGED_MANIFEST)
+        self.write_manifest("repair", {"damaged_manifest": why, "kept_as": DAMAGED_MANIFEST})
+        return why
 
     def write_manifest(self, op: str, detail: dict[str, Any] | None = None, **updates: Any) -> dict[str, Any]:
         """Refresh counts, append one history entry and apply top-level ``updates`` (e.g. ``indexes``)."""

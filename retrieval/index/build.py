@@ -33,6 +33,7 @@ import numpy as np
 
 from bencao.config import field, from_dict, load_config, read_yaml, to_dict
 from bencao.errors import BencaoError, ConfigError
+from bencao.faults import fault
 from bencao.io import atomic_write_json, content_hash
 from bencao.retrieval.graph.store import Graph
 from bencao.retrieval.index.dense import DenseIndex, DenseParams
@@ -211,6 +212,9 @@ def stale_reasons(graph: Graph, cfg: IndexConfig | None = None) -> list[str]:
     if rec.get("store") != now["store"]:
         return ["the indexes were built for another store (the graph was rebuilt)"]
     out = []
+    dense_dir = graph.dir / "index" / str(m.get("embedder") or "")
+    files = {"lexical": lambda k: [graph.dir / "lexical" / k / "ids.json"],
+             "dense": lambda k: [dense_dir / f"{k}.faiss", dense_dir / f"{k}.ids.json"]}
     for family, kinds in (("lexical", cfg.kinds), ("dense", cfg.dense_kinds)):
         for kind in kinds:
             g = (rec.get(family) or {}).get(kind)
@@ -218,6 +222,9 @@ def stale_reasons(graph: Graph, cfg: IndexConfig | None = None) -> list[str]:
                 out.append(f"no {family} {kind} index")
             elif g != now["generation"]:
                 out.append(f"{family} {kind} index at store generation {g}, the store at {now['generation']}")
+            elif any(not p.exists() for p in files[family](kind)):
+                missing = next(p for p in files[family](kind) if not p.exists())
+                out.append(f"{family} {kind} index recorded but {missing.relative_to(graph.dir)} is missing")
     if cfg.dense_kinds and m.get("embedder"):
         info = (graph.read_manifest().get("embedders") or {}).get(m["embedder"]) or {}
         try:
@@ -278,6 +285,12 @@ def update_indexes(graph: Graph, config: "IndexConfig | str | Path | dict | None
         if done is not None:
             done["seconds"] = round(time.time() - t0, 2)
             return done
+        if graph.read_only:
+            from bencao.retrieval.graph.store import folder_writable
+
+            why = "its folder is read-only" if not folder_writable(graph.dir) else "the graph was opened read-only"
+            raise BencaoError(f"{graph.dir}: the indexes need building ({'; '.join(stale_reasons(graph, cfg)) or 'forced'}), and {why}; "
+                              f"run `bencao graph index --graph DIR` where the graph is writable")
         state = _state(graph)  # read before the items: a write during the build leaves the record behind, never ahead
         summary = _build(graph, cfg, eid, fp, state, force, progress)
         _prepare_query_caches(graph)
@@ -308,19 +321,22 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
             t_kind = time.time()
             if progress:  # reading and the lexical build take minutes at corpus scale: say which kind is under way
                 progress(f"{kind} (reading)", 0, 1)
-            items = _read_items(kind, graph, cfg.embedder if want_dense else None, want_lex)
+            items = _read_items(kind, graph, cfg.embedder if want_dense else None, False)  # lexical texts: streamed below
             log.info("%s: %d items read in %.1fs", kind, len(items.ids), time.time() - t_kind)
             if want_lex:
                 lh = items.hash + LEXICAL_ANALYZER
                 if force or lex_meta.get(kind, {}).get("hash") != lh or not (lex_dir / kind / "ids.json").exists():
                     if progress:
                         progress(f"{kind} (lexical, {len(items.ids):,} items)", 0, 1)
-                    LexicalIndex.build(iter_analyzed(items.lex, lex_memo), items.ids).save(lex_dir / kind)
+                    # a second read of the items, streamed: a million texts are never held beside their tokens
+                    lex = (it.lex_parts or it.lex for it in ITEM_SOURCES[kind](graph))
+                    LexicalIndex.build(iter_analyzed(lex, lex_memo), items.ids).save(lex_dir / kind)
                     lex_meta[kind] = {"hash": lh, "n": len(items.ids)}
                     log.info("%s: lexical index of %d items built (%.1fs so far)", kind, len(items.ids), time.time() - t_kind)
                 items.lex = []
                 lex_meta[kind]["generation"] = state["generation"]
                 atomic_write_json(lex_dir / "meta.json", lex_meta)
+                fault("index.lexical")  # crash tests: one kind's lexical index written, the manifest not yet told
                 summary["lexical"][kind] = lex_meta[kind]["n"]
                 gen_record["lexical"][kind] = state["generation"]
             if want_dense:
@@ -351,6 +367,7 @@ def _build(graph: Graph, cfg: IndexConfig, eid: str, fp: str | None, state: dict
     finally:
         if cache is not None:
             cache.close()
+    fault("index.written")  # crash tests: every index file written, the manifest's record not yet
     m = graph.read_manifest()
     embedders = dict(m.get("embedders") or {})
     if summary["dense"]:

@@ -110,13 +110,22 @@ class DenseIndex:
             return None
         # vectors memory-mapped in place (IO_FLAG_MMAP_IFC): a 300 k × 384 index opens in ms and its
         # pages are the page cache's, shared between processes, not a private copy
+        repair = f"rebuild it with `bencao graph index --graph {directory.parent.parent} --force`"
         try:
-            index = faiss.read_index(str(fp), getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
-        except RuntimeError:
-            index = faiss.read_index(str(fp))
-        ids = json.loads(ip.read_text(encoding="utf-8"))
+            try:
+                index = faiss.read_index(str(fp), getattr(faiss, "IO_FLAG_MMAP_IFC", 0))
+            except RuntimeError:
+                index = faiss.read_index(str(fp))
+        except Exception as exc:  # noqa: BLE001 - a damaged index is a user-facing state
+            raise BencaoError(f"{fp}: dense index cannot be read ({' '.join(str(exc).split())[:200]}); {repair}") from None
+        try:
+            ids = json.loads(ip.read_text(encoding="utf-8"))
+            if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+                raise ValueError(f"a JSON {type(ids).__name__}, not a list of ids")
+        except (OSError, ValueError) as exc:
+            raise BencaoError(f"{ip}: damaged ({' '.join(str(exc).split())[:200]}); {repair}") from None
         if index.ntotal != len(ids):
-            raise BencaoError(f"{fp}: {index.ntotal} vectors but {len(ids)} ids; rebuild with `bencao graph index`")
+            raise BencaoError(f"{fp}: {index.ntotal} vectors but {len(ids)} ids; {repair}")
         return cls(index, ids)
 
 

@@ -95,6 +95,10 @@ def analyze_items(items: "Iterable[Item]", memo: dict[str, list[str]] | None = N
     return list(iter_analyzed((it.lex_parts or it.lex for it in items), memo))
 
 
+#: Most distinct parts :func:`iter_analyzed` remembers the tokens of (a million entity names would hold ~0.5 GB).
+MEMO_MAX = 200_000
+
+
 def iter_analyzed(sources: "Iterable[str | tuple[str, ...]]", memo: dict[str, list[str]] | None = None) -> Iterator[list[str]]:
     """Tokens of each item's lexical text, one list at a time: a string is analysed whole; a tuple
     of parts (an item's ``lex_parts``) gets the tokens of its parts, each distinct part analysed
@@ -104,6 +108,8 @@ def iter_analyzed(sources: "Iterable[str | tuple[str, ...]]", memo: dict[str, li
     Chinese one is split by the word pattern rather than by jieba."""
     memo = {} if memo is None else memo
     for src in sources:
+        if len(memo) > MEMO_MAX:  # bounded: a miss only costs analysing the part again
+            memo.clear()
         if isinstance(src, str):
             yield analyze(src)
             continue
@@ -305,8 +311,16 @@ class LexicalIndex:
             else:  # an index written before the memory-mapped vocabulary
                 bm25 = bm25s.BM25.load(str(directory), show_progress=False, mmap=True)
         except Exception as exc:  # noqa: BLE001 - a damaged index is a user-facing state
-            raise BencaoError(f"{directory}: lexical index cannot be read ({exc}); rebuild with `bencao graph index`") from None
-        return cls(bm25, json.loads((directory / "ids.json").read_text(encoding="utf-8")))
+            raise BencaoError(f"{directory}: lexical index cannot be read ({_one_line(exc)}); rebuild it with "
+                              f"`bencao graph index --graph {directory.parent.parent} --force`") from None
+        try:
+            ids = json.loads((directory / "ids.json").read_text(encoding="utf-8"))
+            if not (isinstance(ids, list) and all(isinstance(i, str) for i in ids)):
+                raise ValueError(f"a JSON {type(ids).__name__}, not a list of ids")
+        except (OSError, ValueError) as exc:
+            raise BencaoError(f"{directory / 'ids.json'}: damaged ({_one_line(exc)}); rebuild it with "
+                              f"`bencao graph index --graph {directory.parent.parent} --force`") from None
+        return cls(bm25, ids)
 
 
 class PostingsBuilder:
@@ -442,3 +456,7 @@ class TokenVocab:
 
     def __len__(self) -> int:
         return len(self.tids)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(f"{type(exc).__name__}: {exc}".split())[:300]

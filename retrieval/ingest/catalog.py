@@ -26,6 +26,7 @@ from bencao.errors import ConfigError, InputError
 from bencao.retrieval.graph.store import DocumentBuilder
 from bencao.retrieval.ingest.csv_table import CsvTable
 from bencao.retrieval.ingest.registry import register
+from bencao.text import norm_key
 
 
 @dataclass
@@ -53,6 +54,9 @@ class CatalogOptions:
     entity_type: str = field("substance", help="entity type of the listed items")
     variant_separator: str = field("、", help="separator of the variants column")
 
+
+#: Rows read, looked up against the graph and offered to the builder (which may spill them, streaming) at a time.
+_BATCH = 2000
 
 #: Columns kept as entity attributes, under their column names (mfh_id, batch, ...).
 _ATTRIBUTE_ROLES = ("id", "batch", "order", "announcement", "date", "source_url", "note")
@@ -88,8 +92,8 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
     b.relation("variant_of", "a kind listed under a catalogue item, e.g. 大枣 under 枣", opts.entity_type, opts.entity_type)
     catalog = b.entity(opts.catalog, "catalog", layer="terminology", description=opts.catalog_description or None)
     n = 0
-    ids: dict[str, tuple[str, str]] = {}  # catalogue id -> (base name, where): one id, one substance
-    for batch in _batches(table.rows(), 2000):  # the graph's known names are looked up per batch, not per row
+    ids: dict[str, tuple[str, str]] = {}  # catalogue id -> (base name, where) since the last spill: one id, one substance
+    for batch in _batches(table.rows(), _BATCH):  # the graph's known names are looked up per batch, not per row
         names = []
         for row in batch:
             base = row.values.get(cols.base_name, "").strip()
@@ -97,11 +101,31 @@ def load_catalog_csv(b: DocumentBuilder, path: Path, options: dict[str, Any]) ->
             if cols.variants:
                 names += variant_aliases(base, row.values.get(cols.variants, ""), opts.variant_separator)
         b.prefetch_names(opts.entity_type, names)
+        if b.spilled and cols.id:  # ids of rows already written: read back, not kept
+            ids.update(_spilled_ids(b, [row.values.get(cols.id, "").strip() for row in batch]))
         for row in batch:
             n += _add_row(b, path, row, opts, catalog, ids)
+        if b.checkpoint():  # a large catalogue streams into its transaction instead of being held whole
+            ids.clear()
     if n == 0:
         raise InputError(path, "empty catalogue: no data rows")
     b.meta["rows"] = n
+
+
+def _spilled_ids(b: DocumentBuilder, ids: list[str]) -> dict[str, tuple[str, str]]:
+    """Catalogue ids among ``ids`` that rows of this document already written (spilled) gave: id → (its substance's
+    name, where), read from their ``xref`` aliases."""
+    by_norm = {norm_key(i): i for i in ids if i}
+    out: dict[str, tuple[str, str]] = {}
+    keys = list(by_norm)
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        q = ",".join("?" * len(chunk))
+        for norm, name in b.graph.conn.execute(
+                f"SELECT a.norm, e.name FROM aliases a CROSS JOIN entities e ON e.id = a.entity_id WHERE a.norm IN ({q}) "
+                "AND +a.kind='xref' AND +a.document_id=?", (*chunk, b.document_id)):  # the key on norm, not a scan of the document's aliases
+            out[by_norm[norm]] = (name, "an earlier row")
+    return out
 
 
 def _batches(rows: Any, size: int) -> Any:
@@ -124,7 +148,7 @@ def _add_row(b: DocumentBuilder, path: Path, row: Any, opts: CatalogOptions, cat
         raise InputError(path, f"empty base name (column {cols.base_name!r})", record=row.where)
     if get("id"):  # two substances under one catalogue id would share its xref alias without a word
         first = ids.setdefault(get("id"), (base, str(row.where)))
-        if first[0] != base:
+        if first[0] != base and norm_key(first[0]) != norm_key(base):
             raise InputError(path, f"catalogue id {get('id')[:60]!r} is defined twice with different names: {first[0][:60]!r} "
                                    f"({first[1]}) and {base[:60]!r}; conflicting duplicate ids are refused", record=row.where)
     aliases: list[tuple[str, str]] = []

@@ -1,8 +1,8 @@
 """CSV rows with row-precise errors, shared by the catalogue and knowledge-base loaders.
 
-The file is read through ``bencao.io.read_text`` (bounded; UTF-8 unless the loader option
-``encoding`` names another codec, e.g. ``encoding=gb18030``; bytes that are not valid UTF-8 are refused
-naming the line) and parsed by the standard ``csv`` module. A cell (quoted multi-line cells
+The file is streamed line by line through ``bencao.io.iter_lines`` (bounded; UTF-8 unless the loader
+option ``encoding`` names another codec, e.g. ``encoding=gb18030``; bytes that are not valid UTF-8 are
+refused naming the line) and parsed by the standard ``csv`` module, so memory does not grow with the file. A cell (quoted multi-line cells
 included, whatever the line structure) may hold at most ``max_line_bytes`` characters (the
 loader option, 8 MiB by default): a larger one is refused with its row, not stored as one snippet. Every data row must have exactly as many fields as the header; a
 row that does not is refused with its row number and physical line, never silently padded.
@@ -11,14 +11,13 @@ row that does not is refused with its row number and physical line, never silent
 from __future__ import annotations
 
 import csv
-import io
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 from bencao.errors import InputError
-from bencao.io import read_limits, read_text, set_record
+from bencao.io import iter_lines, read_limits, set_record
 
 
 def _set_field_limit() -> int:
@@ -57,15 +56,16 @@ class CsvTable:
     def __init__(self, path: str | Path, delimiter: str = ","):
         self.path = Path(path)
         self.delimiter = delimiter
-        self._text = read_text(self.path, guess=False)
         limit = _set_field_limit()
-        reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=delimiter)
+        lines = self._lines()
         try:
-            header = next(reader)
+            header = next(csv.reader(lines, delimiter=delimiter))
         except StopIteration:
             raise InputError(self.path, "empty CSV: no header row") from None
         except csv.Error as exc:
             raise InputError(self.path, f"{_csv_problem(exc, limit)} (in the header)", record="line 1") from None
+        finally:
+            lines.close()
         self.header = [h.strip().lstrip("\ufeff") for h in header]
         dupes = sorted({h for h in self.header if self.header.count(h) > 1})
         if dupes:
@@ -77,9 +77,15 @@ class CsvTable:
             if col and col not in self.header:
                 raise InputError(self.path, f"missing column {col!r} ({role}); the header has: {', '.join(self.header)}", record="line 1")
 
+    def _lines(self) -> Iterator[str]:
+        """The file's lines as the csv module reads them (line endings as ``\n``), streamed and bounded line by line
+        (``bencao.io.iter_lines``): a catalogue of a million rows is never held whole (it was, twice, as text)."""
+        for _n, line in iter_lines(self.path):
+            yield line + "\n"
+
     def rows(self) -> Iterator[Row]:
         limit = _set_field_limit()
-        reader = csv.reader(io.StringIO(self._text, newline=""), delimiter=self.delimiter, strict=True)
+        reader = csv.reader(self._lines(), delimiter=self.delimiter, strict=True)
         n = len(self.header)
         number = 0
         start_line = 1

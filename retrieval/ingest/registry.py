@@ -126,30 +126,39 @@ def build_document(graph: Graph, fmt: str, path: str | Path, options: dict[str, 
             return b
         faults.call("ingest.hashed")
         try:
-            spec.fn(b, path, loader_options)
-        except InvalidValue as exc:  # a value the builder refused: name the file and the record being read
-            watch.verify(digest)  # a record cut in half by a concurrent writer: say that, not what it broke
-            raise InputError(path, str(exc), record=current_record()) from None
-        except BencaoError:
-            watch.verify(digest)
+            _parse(b, spec, path, loader_options, watch, digest, extra)
+        except BaseException:
+            b.abort()  # a streamed document rolls back what it spilled: all or nothing
             raise
-        watch.verify(digest)
-        if spec.extra_key is not None and spec.extra_key(path, loader_options) != extra:  # the mapping/lexicon file changed meanwhile
-            raise InputError(path, "a file named by an option (mapping, lexicon) changed while the input was read; nothing was added "
-                                   "(add it again)")
-        if b.conflicts:  # the same id defined twice with different names: never merged silently
-            eid, first, where1, other, where2 = b.conflicts[0]
-            more = f" ({len(b.conflicts)} such ids)" if len(b.conflicts) > 1 else ""
-            raise InputError(path, f"id {eid!r} is defined twice with different names: {short(first)} ({where1 or 'first'}) and "
-                                   f"{short(other)}{more}; conflicting duplicate ids are refused", record=where2)
-        if b.title:
-            b.title = clean_title(b.title, "document title") or b.title
-        b.notes.update(cleaned_counts())
-        b.note_graph_names()
-        _note_cycles(b, {"is_a", str(loader_options.get("broader_relation") or "is_a")})
-    if not b.sections and not b.snippets and not b.entities:
+    if not b.sections and not b.snippets and not b.entities and not b.spilled:
         raise InputError(path, "empty document: nothing to ingest")
     return b
+
+
+def _parse(b: DocumentBuilder, spec: LoaderSpec, path: Path, loader_options: dict[str, Any], watch: Any, digest: str, extra: str) -> None:
+    """Run the loader into ``b`` and make the checks that need the whole parse (the file unchanged, ids defined once)."""
+    try:
+        spec.fn(b, path, loader_options)
+    except InvalidValue as exc:  # a value the builder refused: name the file and the record being read
+        watch.verify(digest)  # a record cut in half by a concurrent writer: say that, not what it broke
+        raise InputError(path, str(exc), record=current_record()) from None
+    except BencaoError:
+        watch.verify(digest)
+        raise
+    watch.verify(digest)
+    if spec.extra_key is not None and spec.extra_key(path, loader_options) != extra:  # the mapping/lexicon file changed meanwhile
+        raise InputError(path, "a file named by an option (mapping, lexicon) changed while the input was read; nothing was added "
+                               "(add it again)")
+    if b.conflicts:  # the same id defined twice with different names: never merged silently
+        eid, first, where1, other, where2 = b.conflicts[0]
+        more = f" ({len(b.conflicts)} such ids)" if len(b.conflicts) > 1 else ""
+        raise InputError(path, f"id {eid!r} is defined twice with different names: {short(first)} ({where1 or 'first'}) and "
+                               f"{short(other)}{more}; conflicting duplicate ids are refused", record=where2)
+    if b.title:
+        b.title = clean_title(b.title, "document title") or b.title
+    b.notes.update(cleaned_counts())
+    b.note_graph_names()
+    _note_cycles(b, {"is_a", str(loader_options.get("broader_relation") or "is_a")})
 
 
 def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any] | None = None,
@@ -158,7 +167,7 @@ def ingest_file(graph: Graph, fmt: str, path: str | Path, options: dict[str, Any
     b = build_document(graph, fmt, path, options, title, licence)
     fault("ingest.parsed")
     try:
-        added = graph.commit(b) if not graph.has_document(b.document_id) else False
+        added = graph.commit(b) if b.spilled or not graph.has_document(b.document_id) else False
     except UnicodeEncodeError as exc:  # a lone surrogate that no check caught: still one line, nothing written
         raise InputError(path, f"text that is not valid Unicode ({exc.reason}: {exc.object[exc.start:exc.end]!r})") from None
     fault("ingest.committed")

@@ -57,7 +57,7 @@ class Retriever:
                  llms: LinkerLLMs | None = None):
         self.g = graph
         self.cfg = config or RetrievalConfig()
-        if indexes is None and ((graph.dir / "lexical").exists() or (graph.dir / "index").exists()):
+        if indexes is None and ((graph.dir / "lexical").exists() or (graph.dir / "index").exists() or graph.read_manifest().get("indexes")):
             indexes = Indexes(graph, self.cfg.index)
         self.ix = indexes
         self.linker = EntityLinker(graph, self.cfg.linking, indexes=indexes, llms=llms)
