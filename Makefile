@@ -16,7 +16,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: demo test test-all test-latest lock docs eval eval-llm retrieval-peers graph-routes eval-corpus bench train-demo gpu-check gpu-wheels venv install-core install-dev clean-graph
+.PHONY: demo test test-all test-latest lock docs eval eval-llm retrieval-peers graph-routes eval-corpus bench train-demo gpu-check gpu-wheels venv install-core install-dev clean-graph llm-roles
 
 $(BIN)/python:
 	@echo "creating $(VENV) and installing torch from the lock ($(LOCK))"
@@ -106,6 +106,23 @@ graph-routes: $(VENV)/.installed-dev
 	@test -n "$(PEERS_BENCH)" || { echo "error: DEV=$(DEV): no benchmark files (*.jsonl); make graph-routes DEV=FOLDER" >&2; exit 2; }
 	@test -f $(GRAPH)/graph.sqlite || $(BIN)/bencao graph build --config graph/sample --graph $(GRAPH)
 	$(BIN)/python bench/graph_routes.py --graph $(GRAPH) $(foreach f,$(PEERS_BENCH),--bench $(f)) --config $(PEERS_CONFIG) --ceiling
+
+# Every LLM role once on a real model, through the CLI (bench/llm_roles.py, docs/llm-roles.md): understanding, entity
+# selector + scorer + synonym retry (CafeteriaFCD Acc@1 beside the LLM-free linker), planner, CoT model, generator,
+# context judge, teacher triple extraction and CoT distillation, all against one OpenAI-compatible endpoint. Serve a
+# model first (bencao llm serve --model qwen2.5-coder-0.5b-instruct --engine llama-cpp --port 8011), then
+# make llm-roles DEV=FOLDER [ROLES=link,generator] [APPEND=1: the section into bench/RESULTS.md]. Builds the sample
+# graph twice under LLM_ROLES_OUT (lexical; with MiniLM entity vectors for linking, ~10 min the first time); about
+# 3 hours on one busy CPU core with the 0.5B model.
+LLM_URL ?= http://127.0.0.1:8011/v1
+LLM_MODEL ?= qwen2.5-coder-0.5b-instruct
+LLM_ROLES_OUT ?= out/llm-roles
+ROLES ?=
+APPEND ?=
+llm-roles: $(VENV)/.installed-dev
+	@test -d "$(DEV)" || { echo "error: DEV=$(DEV): no such folder (the dev files: make llm-roles DEV=FOLDER)" >&2; exit 2; }
+	$(BIN)/python bench/llm_roles.py --base-url $(LLM_URL) --model $(LLM_MODEL) --work $(LLM_ROLES_OUT) --dev $(DEV) \
+		$(if $(ROLES),--roles $(ROLES)) $(if $(APPEND),--append bench/RESULTS.md)
 
 # The classics corpus graph and the LLM-free dev evaluation on it (docs/corpus.md). The graph is
 # built once: `graph build --skip-current` keeps a graph this recipe built from the same books, recipe and

@@ -82,11 +82,20 @@ class ExtractConfig:
 
 
 def triple_schema(relations: list[str], max_chars: int) -> dict[str, Any]:
-    """One extracted triple: the relation must be one of the set."""
+    """One extracted triple: the relation must be one of the set. The properties are in the prompt's order (head,
+    head_type, relation, tail, tail_type, confidence): an engine decoding under the schema writes them in this order,
+    and a small model made to write the tail before the relation puts relation names in the tail."""
     ent = {"type": "string", "minLength": 1, "maxLength": max_chars}
     return {"type": "object", "required": ["head", "relation", "tail"],
-            "properties": {"head": ent, "tail": ent, "relation": {"enum": list(relations)}, "head_type": {"type": ["string", "null"]},
+            "properties": {"head": ent, "head_type": {"type": ["string", "null"]}, "relation": {"enum": list(relations)}, "tail": ent,
                            "tail_type": {"type": ["string", "null"]}, "confidence": {"type": ["number", "string", "null"]}}}
+
+
+def decoding_schema(relations: list[str], max_chars: int) -> dict[str, Any]:
+    """The reply an engine that decodes under a JSON Schema is held to: every triple in :func:`triple_schema`'s form,
+    its relation one of the set. The reply itself is still validated against the envelope and each triple on its own
+    (dropped and counted when wrong), so an endpoint without grammars gets the same checks."""
+    return {"type": "object", "required": ["triples"], "properties": {"triples": {"type": "array", "items": triple_schema(relations, max_chars)}}}
 
 
 def select_snippets(graph: Any, cfg: ExtractConfig) -> list[dict[str, Any]]:
@@ -133,6 +142,7 @@ class SnippetExtractor:
         self.attr_client = ledger.client(client, "entity_attributes")
         self.canon = rels.canonical()
         self.schema = triple_schema(rels.names, cfg.max_entity_chars)
+        self.decode_schema = decoding_schema(rels.names, cfg.max_entity_chars)
         self.types = {norm_key(k): v for k, v in cfg.type_map.items()}
         self.attr_types = set(cfg.attribute_types)
         self.lock = threading.Lock()
@@ -192,7 +202,7 @@ class SnippetExtractor:
         path = " / ".join(s["path"])
         text = s["text"][: cfg.max_snippet_chars]
         msgs = render("extract_triples", lang, cfg.prompts_dir, relations=self.rels.relations, path=path, text=text)
-        res = await acomplete_json(self.triples_client, msgs, TRIPLES_ENVELOPE, lang=lang)
+        res = await acomplete_json(self.triples_client, msgs, TRIPLES_ENVELOPE, lang=lang, decode_schema=self.decode_schema)
         if not res.ok:
             return Skip(f"extract_triples_{res.kind}", res.error or "")
         where = norm_key(f"{path} {s['text']}")

@@ -72,6 +72,12 @@ class MeteredClient(SyncFacade):
         self.inner, self.ledger, self.step = inner, ledger, step
         self.model = inner.model
 
+    @property
+    def supports_json_schema(self) -> bool:
+        """Whether the wrapped client decodes under a request's JSON Schema (llm.json_schema, llama.cpp): a structured
+        teacher step then sends its schema, as every other stage does."""
+        return bool(getattr(self.inner, "supports_json_schema", False))
+
     async def acomplete(self, messages: list[Message], **params: Any) -> Completion:
         try:
             c = await self.inner.acomplete(messages, **params)

@@ -794,18 +794,38 @@ def _lang(*texts: str | None) -> str:
     return "zh" if any(t and lang_of(t) == "zh" for t in texts) else "en"
 
 
-def _ask_json(linker: EntityLinker, client: Any, template: str, schema: dict[str, Any], lang: str, **variables: Any) -> tuple[Any, str | None]:
+def _ask_json(linker: EntityLinker, client: Any, template: str, schema: dict[str, Any], lang: str, decode_schema: dict[str, Any] | None = None,
+              **variables: Any) -> tuple[Any, str | None]:
     from bencao.llm.structured import complete_json
     from bencao.prompting import render
 
     msgs = render(template, lang, prompts_dir=linker.cfg.prompts_dir, **variables)
-    res = complete_json(client, msgs, schema, lang=lang)
+    res = complete_json(client, msgs, schema, lang=lang, decode_schema=decode_schema)
     return res.value, res.error
 
 
 _SELECT_SCHEMA = {"type": "object", "required": ["choice"], "properties": {
     "choice": {"type": "integer", "minimum": -1}, "confidence": {"type": "number", "minimum": 0, "maximum": 1},
     "rationale": {"type": "string"}}}
+
+
+def _select_decoding(n: int) -> dict[str, Any]:
+    """The selector's reply as an engine that decodes under a schema is held to: a shown candidate's number (1..n) or -1."""
+    return {"type": "object", "required": ["choice", "confidence", "rationale"], "properties": {
+        "choice": {"enum": [-1, *range(1, n + 1)]}, "confidence": {"type": "number"}, "rationale": {"type": "string"}}}
+
+
+def _score_decoding(n_others: int) -> dict[str, Any]:
+    """The scorer's reply under a grammar: at most MAX_ALTERNATIVES alternatives, each another shown candidate's number
+    (1..n_others) or a name (small models otherwise list the same alternative until their token budget runs out)."""
+    alt = ({"anyOf": [{"type": "object", "required": ["choice", "explanation"], "properties": {
+               "choice": {"enum": list(range(1, n_others + 1))}, "explanation": {"type": "string"}}},
+           {"type": "object", "required": ["name", "explanation"], "properties": {"name": {"type": "string"}, "explanation": {"type": "string"}}}]}
+           if n_others else {"type": "object", "required": ["name", "explanation"], "properties": {
+               "name": {"type": "string"}, "explanation": {"type": "string"}}})
+    return {"type": "object", "required": ["confidence", "rationale"], "properties": {
+        "confidence": {"type": "number"}, "rationale": {"type": "string"},
+        "alternatives": {"type": "array", "maxItems": MAX_ALTERNATIVES, "items": alt}}}
 _SCORE_SCHEMA = {"type": "object", "required": ["confidence"], "properties": {
     "confidence": {"type": "number", "minimum": 0, "maximum": 1}, "rationale": {"type": "string"},
     "alternatives": {"type": "array", "items": {"type": "object", "properties": {
@@ -825,11 +845,11 @@ def select_llm(linker: EntityLinker, mention: str, cands: list[dict[str, Any]], 
     shown = cands[: linker.cfg.max_candidates]
     cards = [describe_candidate(linker, c["id"]) for c in shown]
     obj, err = _ask_json(linker, linker.llms.selector, "link_select", _SELECT_SCHEMA, _lang(mention, context),
-                         mention=mention, context=context or "", candidates=cards)
+                         decode_schema=_select_decoding(len(cards)), mention=mention, context=context or "", candidates=cards)
     if obj is None:
         rules = select_rules(linker, mention, cands, context)
         return rules | {"rationale": f"LLM selector unusable ({err}); rules used: {rules['rationale']}"} if rules else None
-    idx = int(obj["choice"])
+    idx = int(obj["choice"]) - 1  # the prompt numbers candidates from 1, as the scorer's prompt does; -1 (or 0): none fits
     why = str(obj.get("rationale") or "").strip()
     if idx < 0 or idx >= len(shown):
         return {"id": shown[0]["id"], "confidence": 0.0, "rationale": f"LLM selector: none fits ({why})", "abstain": True,
@@ -850,7 +870,7 @@ def score_llm(linker: EntityLinker, mention: str, context: str | None, choice: d
     others = [c["id"] for c in (cands or []) if c["id"] != choice["id"]][:SCORER_OTHERS]
     other_cards = [describe_candidate(linker, eid) for eid in others]
     obj, err = _ask_json(linker, linker.llms.scorer, "link_score", _SCORE_SCHEMA, _lang(mention, context),
-                         mention=mention, context=context or "", concept=card, others=other_cards, tau=linker.cfg.tau,
+                         decode_schema=_score_decoding(len(other_cards)), mention=mention, context=context or "", concept=card, others=other_cards, tau=linker.cfg.tau,
                          max_alternatives=MAX_ALTERNATIVES)
     if obj is None:
         return dict(choice, rationale=f"{choice['rationale']}; scorer unusable ({err}), selector confidence kept")

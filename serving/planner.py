@@ -20,6 +20,18 @@ SCHEMA: dict[str, Any] = {
 }
 
 
+def decoding_schema(relations: list[str], max_paths: int, max_hops: int) -> dict[str, Any]:
+    """What an engine that decodes under a JSON Schema is held to: only the graph's relations (``~`` for backwards),
+    at most ``max_paths`` sequences of 1..``max_hops`` steps. A small model otherwise copies the prompt's
+    placeholders (关系1) or repeats one step until its token budget runs out. Replies are still checked against
+    :data:`SCHEMA` and step by step, so an endpoint without grammars is handled as before."""
+    steps = sorted(relations) + ["~" + r for r in sorted(relations)]
+    return {"type": "object", "required": ["paths"],
+            "properties": {"paths": {"type": "array", "maxItems": max(1, max_paths),
+                                     "items": {"type": "array", "minItems": 1, "maxItems": max(1, max_hops), "items": {"enum": steps}}},
+                           "rationale": {"type": "string"}}}
+
+
 @dataclass
 class Plan:
     paths: list[tuple[str, ...]] = field(default_factory=list)
@@ -64,7 +76,8 @@ class PathPlanner:
         for lang, idx in by_lang.items():
             msgs = [render("plan_paths", lang, prompts_dir=self.prompts_dir, question=questions[i], entities=entities[i],
                            relations=self.relations, max_paths=self.max_paths, max_hops=self.max_hops) for i in idx]
-            for i, res in zip(idx, complete_json_many(self.client, msgs, SCHEMA, lang=lang)):
+            decode = decoding_schema(sorted(self.names), self.max_paths, self.max_hops)
+            for i, res in zip(idx, complete_json_many(self.client, msgs, SCHEMA, lang=lang, decode_schema=decode)):
                 if not res.ok:
                     out[i] = Plan(error=res.error)
                     continue

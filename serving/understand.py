@@ -19,6 +19,7 @@ Without an LLM the dictionary mentions are all there is.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,15 @@ SCHEMA: dict[str, Any] = {
 }
 
 ROLES = ("question", "patient", "disease")
+
+
+def decoding_schema(max_entities: int, max_keywords: int = 12) -> dict[str, Any]:
+    """:data:`SCHEMA` as an engine that decodes under a schema is held to: at most ``max_entities`` entities and
+    ``max_keywords`` keywords (a small model otherwise lists keywords until its token budget runs out)."""
+    out = json.loads(json.dumps(SCHEMA))
+    out["properties"]["entities"]["maxItems"] = max(1, max_entities)
+    out["properties"]["keywords"]["maxItems"] = max(1, max_keywords)
+    return out
 
 
 @dataclass
@@ -93,6 +103,7 @@ class QuestionUnderstanding:
         out: list[Understanding] = [Understanding() for _ in questions]
         for lang, idx in batches.items():
             msgs = [render("understand", lang, prompts_dir=self.prompts_dir, question=questions[i]) for i in idx]
-            for i, res in zip(idx, complete_json_many(self.client, msgs, SCHEMA, lang=lang)):
+            decode = decoding_schema(self.max_entities)
+            for i, res in zip(idx, complete_json_many(self.client, msgs, SCHEMA, lang=lang, decode_schema=decode)):
                 out[i] = _from_reply(res.value, questions[i], self.max_entities) if res.ok else Understanding(error=res.error)
         return out

@@ -111,7 +111,7 @@ def _zucchini_route(messages):
     user = messages[-1]["content"]
     if stage == "select":
         labels = re.findall(r"^(\d+)\. (.+?)(?: \(|;|$)", user, re.M)
-        idx = next((int(i) for i, label in labels if "zucchini" in label), 0)
+        idx = next((int(i) for i, label in labels if "zucchini" in label), 1)
         return json.dumps({"choice": idx, "confidence": 0.7, "rationale": "closest name"})
     if stage == "score":
         concept = re.search(r"Concept: (.+)", user).group(1)
@@ -145,13 +145,13 @@ _SHOWN_OTHERS: list[tuple[str, str]] = []
 
 
 def _rejecting_scorer_route(messages):
-    """Selector picks candidate 0; the scorer rejects anything but zucchini and proposes alternatives:
+    """Selector picks candidate 1 (the first shown); the scorer rejects anything but zucchini and proposes alternatives:
     another candidate by number (the second one shown), a name of its own, an out-of-range number, a
     duplicate and a fourth."""
     stage = stage_of(messages)
     user = messages[-1]["content"]
     if stage == "select":
-        return json.dumps({"choice": 0, "confidence": 0.7, "rationale": "first"})
+        return json.dumps({"choice": 1, "confidence": 0.7, "rationale": "first"})
     if stage == "score":
         concept = re.search(r"Concept: (.+)", user).group(1)
         if "zucchini" in concept:
@@ -338,7 +338,7 @@ def test_linking_prompts_fence_the_candidate_cards_as_data(tmp_path, capsys, lan
     b.entity(name, "food", id="X:1", description="the fruit" if lang == "en" else "薯蓣的块茎")
     g.commit(b)
     g.close()
-    with scripted_endpoint(lambda m: '{"choice": 0, "confidence": 0.9, "rationale": "same name"}' if stage_of(m) == "select"
+    with scripted_endpoint(lambda m: '{"choice": 1, "confidence": 0.9, "rationale": "same name"}' if stage_of(m) == "select"
                            else '{"confidence": 0.9, "rationale": "same"}') as ep:
         out = json.loads(_cli(capsys, "link", "--graph", str(d), "--set", "linking.selector=llm", "--set", "linking.retry=false",
                               "--set", "index.dense_kinds=[]", *ep.overrides("linking.llm"), *ep.overrides("linking.scorer.llm"),

@@ -173,3 +173,17 @@ def test_killed_batch_inference_resumes_without_duplicates(graph, tmp_path):
     ids = [json.loads(line)["id"] for line in lines]
     assert sorted(ids) == [f"q{i:02d}" for i in range(40)], "every question answered exactly once"
     assert lines[:done_before] == complete, "answers written before the kill are kept as they were"
+
+
+def test_a_generator_answer_line_says_which_cited_numbers_name_no_evidence(graph, tmp_path):
+    """A generator that cites [1] (a reference it was given) and [99] (none): the line keeps [1] as a citation
+    and reports 99 under `invalid_citations`, as `ask --json` and the API do."""
+    from llm_loopback import scripted_endpoint
+
+    q = _write(tmp_path / "q.jsonl", [{"id": "p1", "question": "大枣的性味是什么？"}])
+    out = tmp_path / "a.jsonl"
+    with scripted_endpoint(lambda messages: "大枣味甘，性平[1]；又见[99]。") as ep:
+        assert main(["infer", str(q), "--output", str(out), "--graph", str(graph), "--llm", f"scripted@{ep.base_url}",
+                     "-s", "generator.cache=none"]) == 0
+    rec = _read(out)[0]
+    assert [c["n"] for c in rec["citations"]] == [1] and rec["invalid_citations"] == [99]

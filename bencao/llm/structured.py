@@ -88,31 +88,39 @@ def _kind(err: StructuredError) -> str:
 
 
 def complete_json(client: LLMClient, messages: list[Message], schema: dict[str, Any] | None = None, *, lang: str = "en",
-                  repair: bool = True, **params: Any) -> StructuredResult:
-    """Ask, parse, validate; on a bad reply ask once more with the error; never raises."""
-    return complete_json_many(client, [messages], schema, lang=lang, repair=repair, **params)[0]
+                  repair: bool = True, decode_schema: dict[str, Any] | None = None, **params: Any) -> StructuredResult:
+    """Ask, parse, validate; on a bad reply ask once more with the error; never raises.
+
+    A client that decodes under a JSON Schema (``supports_json_schema``: llama.cpp, an endpoint with
+    ``llm.json_schema: true``) is sent ``decode_schema`` when given, else ``schema``. ``decode_schema`` is the
+    stricter form a grammar can enforce — the graph's relation names as an enum, at most as many items as the
+    stage keeps — while the reply is still validated against ``schema``, so an engine without grammars gets
+    the same per-item checks (an unknown relation dropped and counted, not the whole reply refused)."""
+    return complete_json_many(client, [messages], schema, lang=lang, repair=repair, decode_schema=decode_schema, **params)[0]
 
 
 def complete_json_many(client: LLMClient, batch: list[list[Message]], schema: dict[str, Any] | None = None, *, lang: str = "en",
-                       repair: bool = True, **params: Any) -> list[StructuredResult]:
+                       repair: bool = True, decode_schema: dict[str, Any] | None = None, **params: Any) -> list[StructuredResult]:
     """``complete_json`` for many requests: one concurrent round, then one concurrent repair round."""
     from bencao.llm import aio
 
-    return aio.run(acomplete_json_many(client, batch, schema, lang=lang, repair=repair, **params))
+    return aio.run(acomplete_json_many(client, batch, schema, lang=lang, repair=repair, decode_schema=decode_schema, **params))
 
 
 async def acomplete_json(client: LLMClient, messages: list[Message], schema: dict[str, Any] | None = None, *, lang: str = "en",
-                         repair: bool = True, **params: Any) -> StructuredResult:
+                         repair: bool = True, decode_schema: dict[str, Any] | None = None, **params: Any) -> StructuredResult:
     """:func:`complete_json` for coroutines on the LLM loop."""
-    return (await acomplete_json_many(client, [messages], schema, lang=lang, repair=repair, **params))[0]
+    return (await acomplete_json_many(client, [messages], schema, lang=lang, repair=repair, decode_schema=decode_schema, **params))[0]
 
 
 async def acomplete_json_many(client: LLMClient, batch: list[list[Message]], schema: dict[str, Any] | None = None, *,
-                              lang: str = "en", repair: bool = True, **params: Any) -> list[StructuredResult]:
+                              lang: str = "en", repair: bool = True, decode_schema: dict[str, Any] | None = None,
+                              **params: Any) -> list[StructuredResult]:
     """:func:`complete_json_many` for coroutines on the LLM loop."""
     results = [StructuredResult() for _ in batch]
-    if schema and getattr(client, "supports_json_schema", False) and "json_schema" not in params:
-        params = {**params, "json_schema": schema}  # decoded under the schema where the engine can (llama.cpp grammars, vLLM)
+    decode = decode_schema or schema
+    if decode and getattr(client, "supports_json_schema", False) and "json_schema" not in params:
+        params = {**params, "json_schema": decode}  # decoded under the schema where the engine can (llama.cpp grammars, vLLM)
     replies = await client.acomplete_many(batch, **params)
     to_repair: list[int] = []
     for i, r in enumerate(replies):
