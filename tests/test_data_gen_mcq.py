@@ -4,6 +4,7 @@ reads, with true answers, distractors that are not true of the asked entity, one
 from __future__ import annotations
 
 import json
+import re
 import random
 
 import pytest
@@ -30,7 +31,14 @@ def _scored_prompt(question, options, task="mcq", context=None):
     from bencao.serving.tasks import Query
 
     ctx = RenderedContext.from_text(context) if context else None
-    return build_messages(Query(question=question, task=task, options=options), None, AnswerConfig(), context=ctx, scoring=True)
+    return _blank(build_messages(Query(question=question, task=task, options=options), None, AnswerConfig(), context=ctx, scoring=True))
+
+
+def _blank(msgs):
+    """The turns with each fence's per-prompt nonce blanked (every rendered prompt draws its own)."""
+    from bencao.prompting import without_nonces
+
+    return [{**m, "content": without_nonces(m["content"])} for m in msgs]
 
 
 def test_graph_questions_have_a_true_answer_and_no_true_distractor(graph_dir):
@@ -87,16 +95,18 @@ def test_records_are_the_scored_prompt_and_the_benchmark_half_is_kept(graph_dir,
         assert msgs[-1]["role"] == "assistant" and msgs[-1]["content"][:3] == "答案：" and len(msgs[-1]["content"]) == 4
         if r["form"] == "bench":
             rec = by_id[r["id"].removeprefix("bench-")]
-            assert msgs[:-1] == _scored_prompt(rec["question"], rec["options"], rec["task"]), r["id"]
+            assert _blank(msgs[:-1]) == _scored_prompt(rec["question"], rec["options"], rec["task"]), r["id"]
             assert msgs[-1]["content"] == "答案：" + rec["answer"][0]
             continue
         user = msgs[1]["content"]
         question = user.split("问题：", 1)[1].split("\n", 1)[0]
         options = dict(line.split(". ", 1) for line in user.split("问题：", 1)[1].splitlines()[1:] if ". " in line)
         context = None
-        if "<evidence>" in user:
-            context = "\n".join(x for x in user.split("<evidence>\n", 1)[1].split("\n</evidence>", 1)[0].splitlines() if x.startswith("["))
-        assert msgs[:-1] == _scored_prompt(question, options, "mcq", context), r["id"]
+        fence = re.search(r"<(evidence-[0-9a-f]+)>\n", user)
+        if fence:
+            inside = user.split(fence.group(0), 1)[1].split(f"\n</{fence.group(1)}>", 1)[0]
+            context = "\n".join(x for x in inside.splitlines() if x.startswith("["))
+        assert _blank(msgs[:-1]) == _scored_prompt(question, options, "mcq", context), r["id"]
         assert msgs[-1]["content"][-1] in options
     assert {r["form"] for r in rows} == {"mcq", "mcq-context", "bench"}
     assert any("[1] " in r["messages"][1]["content"] and "〔" in r["messages"][1]["content"] for r in rows if r["form"] == "mcq-context")

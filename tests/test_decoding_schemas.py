@@ -92,7 +92,8 @@ def test_the_selector_numbers_candidates_from_one_and_decodes_a_shown_number(tcm
     user = sel.calls[0][-1]["content"]
     assert "\n1. 山药" in user and "\n0. " not in user
     assert res.chosen_id is not None and res.label == "山药" and not res.abstained
-    shown = len(re.findall(r"^\d+\. ", user[user.rindex("<candidates>"):user.rindex("</candidates>")], re.M))
+    fenced = re.search(r"<(candidates-[0-9a-f]+)>(.*)</\1>", user, re.S)  # the candidates' fence carries a per-prompt nonce
+    shown = len(re.findall(r"^\d+\. ", fenced.group(2), re.M))
     assert sel.schemas[0]["properties"]["choice"]["enum"] == [-1, *range(1, shown + 1)]
     assert sco.schemas[0]["properties"]["alternatives"]["maxItems"] == 3
 
