@@ -55,7 +55,7 @@ def cot_command(
 def mcq_command(
     config: Optional[str] = cliopts.config(f"Multiple-choice {cliopts.RECIPE}, e.g. data_gen/mcq."),
     graph: Optional[str] = cliopts.graph(False, "Graph directory, read only (default: the recipe's `graph`)."),
-    input: list[str] = typer.Option(None, "--input", "-i", help="Benchmark JSONL (mcq/sd with gold letters) whose questions become items; "
+    input: list[str] = typer.Option(None, "--input", "-i", help="Input file: a benchmark JSONL (mcq/sd with gold letters) whose questions become items; "
                                                                 "repeatable. Only the records of --half are used."),
     half: Optional[str] = typer.Option(None, "--half", help="a | b: the half of the input records kept (default a); the other half is "
                                                             "excluded by id and by question text. `none` keeps every record."),
