@@ -56,6 +56,31 @@ def test_local_scores_are_the_next_token_log_probabilities_of_each_letter(client
     assert can_score(client, exact=True)
 
 
+def test_bf16_weights_score_the_choices_with_float32_logits(tiny, tmp_path):
+    """bf16 logits move in steps of 1/8 near 20 (the real 0.5B model's letters tied): the choices' logits are recomputed in
+    float32 from the LM head's input, so their differences are the float32 product's, and the cache keys the dtype."""
+    import torch
+
+    bf = LocalHFClient.from_pretrained(tiny, device="cpu", dtype="bfloat16")
+    r = bf.score_choices(MSGS, ["A", "B", "C"], prefix="答案：")
+    tok = bf.tokenizer
+    text = tok.apply_chat_template(MSGS, tokenize=False, add_generation_prompt=True) + "答案："
+    ids = tok(text, return_tensors="pt", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        out = bf.hf_model(input_ids=ids, output_hidden_states=True)
+    hidden = out.hidden_states[-1][0, -1].float()  # the final norm's output: the LM head's input
+    w = bf.hf_model.get_output_embeddings().weight.float()
+    first = {c: list(dict.fromkeys(tok.encode(v, add_special_tokens=False)[0] for v in (c, " " + c))) for c in "ABC"}
+    exact = {c: float(torch.logsumexp(hidden @ w[first[c]].T, 0)) for c in "ABC"}
+    rounded = {c: float(torch.logsumexp(out.logits[0, -1, first[c]].float(), 0)) for c in "ABC"}
+    for a, b in (("A", "B"), ("B", "C"), ("A", "C")):
+        assert r.scores[a] - r.scores[b] == pytest.approx(exact[a] - exact[b], abs=2e-5)
+    assert any(abs((rounded[a] - rounded[b]) - (exact[a] - exact[b])) > 2e-5 for a, b in (("A", "B"), ("B", "C"), ("A", "C")))
+    fp = LocalHFClient.from_pretrained(tiny, device="cpu", dtype="float32")
+    assert bf.cache_id.endswith("#bfloat16") and fp.cache_id.endswith("#float32")
+    assert CachedClient(bf, tmp_path / "c.sqlite")._score_key(MSGS, ["A"], "", 5)[1]["score_method"] == "choice-logits-fp32"
+
+
 def test_scores_are_cached_and_replayed(client, tmp_path):
     cached = CachedClient(client, tmp_path / "c.sqlite")
     first = cached.score_choices(MSGS, ["A", "B", "C"], prefix="答案：")

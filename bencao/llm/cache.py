@@ -194,6 +194,9 @@ class CachedClient(SyncFacade):
 
     def _score_key(self, messages: list[Message], choices: list[str], prefix: str, top_k: int) -> tuple[str, dict[str, Any]]:
         p = {"score_choices": list(choices), "prefix": prefix, "top_k": int(top_k)}
+        method = getattr(self.inner, "score_method", None)  # how the backend computes scores: a new method is asked again
+        if method:
+            p["score_method"] = method
         return cache_key(self.cache_id, messages, p), p
 
     def _score_hit(self, key: str) -> ChoiceScores | None:

@@ -28,6 +28,7 @@ class LocalHFClient(BaseClient):
         self.model = name or getattr(getattr(model, "config", None), "_name_or_path", None) or "local"
         self.batch_size = max(1, batch_size)
         self.cache_id = self.model  # the response cache's name for this model; from_pretrained adds the fingerprint
+        self.score_method = "choice-logits-fp32"  # the choices' logits recomputed in float32 (_exact_logits)
         self._lock = threading.Lock()
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
@@ -57,7 +58,8 @@ class LocalHFClient(BaseClient):
             device = "cuda" if torch.cuda.is_available() else "cpu"
         model.to(device).eval()
         client = cls(model, tok, name=path, **kw)
-        client.cache_id = f"{path}#sha256:{model_fingerprint(path)}"
+        # the weights' precision is part of what answers: a float32 run is not a bfloat16 run's cache hit
+        client.cache_id = f"{path}#sha256:{model_fingerprint(path)}#{str(model.dtype).removeprefix('torch.')}"
         return client
 
     @classmethod
@@ -119,26 +121,55 @@ class LocalHFClient(BaseClient):
         import torch
 
         tok = self.tokenizer
+        head = self.hf_model.get_output_embeddings()
+        seen: dict[str, Any] = {}
+        hook = head.register_forward_hook(lambda mod, inp, out: seen.__setitem__("h", inp[0][:, -1, :])) if head is not None else None
         with self._lock:
             enc = tok(texts, return_tensors="pt", padding=True, padding_side="left", add_special_tokens=False)
             enc = {k: v.to(self.hf_model.device) for k, v in enc.items()}
-            with torch.no_grad():
-                try:
-                    logits = self.hf_model(**enc, logits_to_keep=1).logits[:, -1, :]
-                except TypeError:  # a model class without logits_to_keep
-                    logits = self.hf_model(**enc).logits[:, -1, :]
+            try:
+                with torch.no_grad():
+                    try:
+                        logits = self.hf_model(**enc, logits_to_keep=1).logits[:, -1, :]
+                    except TypeError:  # a model class without logits_to_keep
+                        logits = self.hf_model(**enc).logits[:, -1, :]
+            finally:
+                if hook is not None:
+                    hook.remove()
         logp = torch.log_softmax(logits.float(), dim=-1)
+        norm = torch.logsumexp(logits.float(), dim=-1)
         out = []
-        for row, mask, cs in zip(logp, enc["attention_mask"], choices):
+        for r, (row, mask, cs) in enumerate(zip(logp, enc["attention_mask"], choices)):
             scores: dict[str, float | None] = {}
             for c in cs:
                 ids = self._first_ids(c)
-                scores[c] = float(torch.logsumexp(row[ids], dim=0)) if ids else None
+                if not ids:
+                    scores[c] = None
+                    continue
+                exact = self._exact_logits(head, seen.get("h"), r, ids, logits[r, ids].float())
+                # the choices' logits in float32 (bf16 logits move in steps of 1/8 near 20: options would tie), over the
+                # vocabulary's normaliser (common to every choice of the prompt, so the ranking is exact)
+                scores[c] = float(torch.logsumexp(exact, dim=0) - norm[r]) if exact is not None else float(torch.logsumexp(row[ids], dim=0))
             k = min(max(int(top_k), 0), row.shape[0])
             vals, idx = torch.topk(row, k) if k else (row[:0], row[:0].long())
             top = [(tok.decode([int(i)]), float(v)) for v, i in zip(vals, idx)]
             out.append(ChoiceScores(scores=scores, top=top, model=self.model, prompt_tokens=int(mask.sum())))
         return out
+
+    def _exact_logits(self, head: Any, hidden: Any, r: int, ids: list[int], approx: Any) -> Any:
+        """The logits of token ``ids`` recomputed in float32 from the LM head's input (row ``r``), or None when the
+        model's logits are not the head's plain product (a soft cap, a scale: they would disagree with ``approx``)."""
+        import torch
+
+        if hidden is None or getattr(head, "weight", None) is None:
+            return None
+        with torch.no_grad():
+            w = head.weight[ids].float()
+            exact = hidden[r].float() @ w.T
+            if getattr(head, "bias", None) is not None:
+                exact = exact + head.bias[ids].float()
+        tol = 0.05 + 0.02 * approx.abs()  # bf16 keeps 8 bits of mantissa: within this the two are the same logits
+        return exact if bool(((exact - approx).abs() <= tol).all()) else None
 
     async def acomplete_many(self, batch: list[list[Message]], **params: Any) -> list[Completion | LLMError]:
         from bencao.llm import aio
