@@ -55,6 +55,8 @@ def test_lora_sft_learns_and_saves_a_nonempty_adapter(lora_run, tiny_qwen):
     assert summary["hyperparameters"]["method"] == "lora"
     assert summary["hyperparameters"]["lora_target_modules"] == "all-linear"
     assert summary["datasets"][0]["records"] == 32
+    card = (out / "README.md").read_text(encoding="utf-8")  # bencao's, not trl's: no local path, no link to a page that is not there
+    assert "bencao export --model" in card and str(tiny_qwen) not in card and "huggingface.co/None" not in card
 
 
 def test_full_sft_loss_decreases_and_resume_continues(tiny_qwen, sft_data, tmp_path):

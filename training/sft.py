@@ -400,11 +400,29 @@ def main(script_args, training_args, model_args) -> dict[str, Any]:
         info = summary(trainer, script_args, training_args, model_args, metrics)
         info["resumed_from"] = resume
         atomic_write_json(out / SUMMARY_FILE, info)
+        (out / "README.md").write_text(training_readme(info, model_args.model_name_or_path, out.name), encoding="utf-8")
         trainer.accelerator.print(json.dumps(metrics, ensure_ascii=False))
     trainer.accelerator.wait_for_everyone()
     if hasattr(trainer, "end"):
         trainer.end()
     return info
+
+
+def training_readme(info: dict[str, Any], base: str, name: str) -> str:
+    """The output folder's README.md, in place of trl's generated card (which names the base by its local path and
+    links a hub page that does not exist): what the folder is and how to export it. `bencao export` writes the
+    full model card (provenance, data, figures)."""
+    method = (info.get("hyperparameters") or {}).get("method", "")
+    base_name = Path(base).name if Path(base).is_absolute() else base
+    metrics = info.get("metrics") or {}
+    lines = [f"# {name}", "",
+             f"{'A LoRA adapter' if method == 'lora' else 'Weights'} trained by `bencao train sft` on `{base_name}` "
+             f"({info.get('global_step', '?')} steps; training loss {metrics.get('train_loss_first', float('nan')):.3f} → "
+             f"{metrics.get('train_loss_last', float('nan')):.3f}). The training record, with the data's hashes and the "
+             "hyper-parameters, is `bencao_training.json`.", "",
+             "Merge and export it (this writes the model card with provenance, data and figures):", "",
+             f"    bencao export --model {name} --out OUT [--gguf q8_0]", ""]
+    return "\n".join(lines)
 
 
 def cli(argv: Sequence[str] | None = None) -> int:
