@@ -395,7 +395,10 @@ def case_bencao(profile: dict[str, Any], inputs: dict[str, str], work: Path, rea
     out = {**timed_stats(timer, profile["warmup"]), "trainable_parameters": seen["trainable"],
            "flops_per_token": train_flops_per_token(seen["config"], seen["trainable"], True)}
     t = info.get("training") or {}
-    out["recorded"] = {"steps_run": t.get("steps_run"), "deepspeed": t.get("deepspeed"), "precision": t.get("precision"),
+    ds = dict(t.get("deepspeed") or {}) or None
+    if ds and isinstance(ds.get("config"), str) and Path(ds["config"]).is_relative_to(REPO):
+        ds["config"] = str(Path(ds["config"]).relative_to(REPO))  # the figures name the recipe, not this machine's checkout
+    out["recorded"] = {"steps_run": t.get("steps_run"), "deepspeed": ds, "precision": t.get("precision"),
                        "adapter_parameters": info.get("metrics", {}).get("adapter_parameters")}
     stage = (t.get("deepspeed") or {}).get("zero_stage")
     if zero2 and stage != 2:
