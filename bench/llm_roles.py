@@ -302,15 +302,22 @@ class Run:
         return {"model_name": "bencao-llm-roles", "retrieval": retrieval, **blocks,
                 "eval": {"retrieval_probe": False, "n_resamples": 0, **(evaluation or {})}}
 
-    def role_understand(self, d: Path) -> dict[str, Any]:
-        benches, limit = self.questions("understand")
-        recipe = self.recipe("understand", self.base_recipe(understand={"llm": self.llm(200)}))
+    def question_role(self, d: Path, name: str, **recipe_keys: Any) -> tuple[dict[str, Any], list[Any], list[dict[str, Any]]]:
+        """A role measured by `bencao eval` over its questions on the sample graph: the run's record and usage, the
+        cached requests and the predictions."""
+        benches, limit = self.questions(name)
+        recipe = self.recipe(name, self.base_recipe(**recipe_keys))
         r, out = self.eval_role(d, recipe, benches, limit, self.graph)
         res = {"commands": [r["command"]], "recipe": str(recipe), "ran": r["rc"] == 0, "error": r["error"]}
         rows = cache_rows(out / "llm_cache.sqlite")
-        res.update(self.usage(rows, r["wall_s"], r["server_requests"]), **self.json_valid(rows))
+        res.update(self.usage(rows, r["wall_s"], r["server_requests"]))
         preds = read_jsonl(out / "predictions.jsonl")
         res["items"] = len(preds)
+        return res, rows, preds
+
+    def role_understand(self, d: Path) -> dict[str, Any]:
+        res, rows, preds = self.question_role(d, "understand", understand={"llm": self.llm(200)})
+        res.update(self.json_valid(rows))
         mentions = [m for p in preds for m in ((p.get("extra") or {}).get("understanding") or {}).get("mentions", [])]
         verbatim = sum(m.get("verbatim", True) for m in mentions)
         usable = sum(1 for p in preds if not ((p.get("extra") or {}).get("understanding") or {}).get("error"))
@@ -326,14 +333,7 @@ class Run:
     def role_planner(self, d: Path) -> dict[str, Any]:
         from bencao.retrieval.graph.store import Graph
 
-        benches, limit = self.questions("planner")
-        recipe = self.recipe("planner", self.base_recipe(planner={"llm": self.llm(120)}))
-        r, out = self.eval_role(d, recipe, benches, limit, self.graph)
-        res = {"commands": [r["command"]], "recipe": str(recipe), "ran": r["rc"] == 0, "error": r["error"]}
-        rows = cache_rows(out / "llm_cache.sqlite")
-        res.update(self.usage(rows, r["wall_s"], r["server_requests"]))
-        preds = read_jsonl(out / "predictions.jsonl")
-        res["items"] = len(preds)
+        res, rows, preds = self.question_role(d, "planner", planner={"llm": self.llm(120)})
         with Graph.open(self.graph, read_only=True) as g:
             names = {rel["name"] for rel in g.relations()}
         plans = [(p.get("extra") or {}).get("plan") or {} for p in preds]
@@ -359,14 +359,7 @@ class Run:
         from bencao.serving.graph_answerer import DEFAULT_LABELS
         from bencao.text import norm_key
 
-        benches, limit = self.questions("cot")
-        recipe = self.recipe("cot", self.base_recipe(cot={"llm": self.llm(160)}))
-        r, out = self.eval_role(d, recipe, benches, limit, self.graph)
-        res = {"commands": [r["command"]], "recipe": str(recipe), "ran": r["rc"] == 0, "error": r["error"]}
-        rows = cache_rows(out / "llm_cache.sqlite")
-        res.update(self.usage(rows, r["wall_s"], r["server_requests"]))
-        preds = read_jsonl(out / "predictions.jsonl")
-        res["items"] = len(preds)
+        res, rows, preds = self.question_role(d, "cot", cot={"llm": self.llm(160)})
         triples = [(p["id"], t) for p in preds for t in ((p.get("extra") or {}).get("query_triples") or [])]
         valid = sum(1 for p in preds if (p.get("extra") or {}).get("query_triples"))
         res["valid"] = [valid, len(preds)]
