@@ -15,7 +15,15 @@ and the same evidence budget in characters:
 - ``bencao``: (c) bencao's served evidence from the question alone: exactly the ``context`` that ``/v1/retrieve``
   returns for ``{"question", "budget_chars"}`` (``AnswerPipeline.retrieve_dict``, the graph's serving recipe);
 - ``full``: (d) bencao with its full recipe: the question with its options (option queries, option support), the
-  context the generator would read for it, cut to the same budget.
+  context the generator would read for it, cut to the same budget;
+- ``oracle`` (opt-in, ``--conditions ...,oracle``; an upper bound, not a system): plain bm25s over the question with
+  the gold option's text appended, laid out as (b). It answers "can this reader use passages about the answer at
+  all?": where it does not beat (a), no choice of question-only evidence can.
+
+Each scored row records whether its context holds the gold option's text (``gold_in``) and how many distractors'
+(``distractors_in``), by the coverage proxy's rule (``bench/context_coverage.py``); the table then splits each
+condition's paired difference against (a) by whether the context held the gold option. ``--coverage`` fills the
+flags in for rows scored before they existed (retrieval only, no model).
 
 Accuracy (sd: the top letter is a gold one) per file with a 95 % percentile-bootstrap interval, and the paired
 differences (c)−(b), (c)−(a), (d)−(a), (d)−(b) with paired bootstrap intervals over records. Each (record,
@@ -51,10 +59,11 @@ from bencao.data_gen.leakage import half_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CONDITIONS = ("closed", "bm25", "bencao", "full")
+CONDITIONS = ("closed", "bm25", "bencao", "full", "oracle")
+DEFAULT_CONDITIONS = CONDITIONS[:4]
 LABEL = {"closed": "(a) closed book", "bm25": "(b) plain BM25 passages", "bencao": "(c) bencao, question only",
-         "full": "(d) bencao, full recipe"}
-PAIRS = (("bencao", "bm25"), ("bencao", "closed"), ("full", "closed"), ("full", "bm25"))
+         "full": "(d) bencao, full recipe", "oracle": "(o) BM25 given the gold answer"}
+PAIRS = (("bencao", "bm25"), ("bencao", "closed"), ("full", "closed"), ("full", "bm25"), ("oracle", "closed"))
 
 
 def load(paths: list[str], limit: int | None, half: str | None) -> list[tuple[str, dict[str, Any]]]:
@@ -76,7 +85,7 @@ def load(paths: list[str], limit: int | None, half: str | None) -> list[tuple[st
 
 
 class Runner:
-    def __init__(self, args: argparse.Namespace):
+    def __init__(self, args: argparse.Namespace, load_model: bool = True):
         from bencao.llm import LLMConfig, make_client
         from bencao.serving.config import load_serve_config, recorded_serving_recipe
         from bencao.serving.pipeline import AnswerPipeline
@@ -92,11 +101,11 @@ class Runner:
         else:
             llm = LLMConfig(backend=args.engine, model=args.model, temperature=0.0, dtype=args.dtype, device="cpu",
                             n_threads=args.threads, batch_size=1)
-        self.client = make_client(llm, default_cache=None if args.no_cache else Path(args.out) / "score_cache.sqlite")
+        self.client = make_client(llm, default_cache=None if args.no_cache else Path(args.out) / "score_cache.sqlite") if load_model else None
         self.model = args.model
         self.pipe = AnswerPipeline(args.graph, self.cfg) if set(args.conditions) & {"bencao", "full", "bm25"} else None
         self.bm25 = None
-        if "bm25" in args.conditions:
+        if {"bm25", "oracle"} & set(args.conditions):
             from retrieval_peers import PlainBM25
 
             t = time.perf_counter()
@@ -119,6 +128,13 @@ class Runner:
                 rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
                 hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
                 # the plain baseline: whole passages from their start, as a naive RAG gives them, whatever bencao's settings
+                out[c] = passages_context(hits, ContextConfig(budget_chars=self.budget), q.language, self.budget,
+                                          context_limits(self.acfg))
+            elif c == "oracle":
+                gold = " ".join(str((rec.get("options") or {}).get(k, "")) for k in rec["answer"])
+                ranked = self.bm25.ranked(f"{q.question} {gold}", 20)
+                rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
+                hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
                 out[c] = passages_context(hits, ContextConfig(budget_chars=self.budget), q.language, self.budget,
                                           context_limits(self.acfg))
             elif c == "bencao":
@@ -149,8 +165,67 @@ class Runner:
             ctx = contexts[c]
             out[c] = {"id": rec["id"], "condition": c, "pred": ranking[:1], "gold": sorted(gold), "correct": bool(ranking and ranking[0] in gold),
                       "scores": {k: (None if v is None else round(v, 4)) for k, v in r.scores.items()}, "prompt_tokens": r.prompt_tokens,
-                      "context_chars": len(ctx.text) if ctx is not None else 0}
+                      "context_chars": len(ctx.text) if ctx is not None else 0, **coverage(rec, ctx)}
         return out
+
+
+def coverage(rec: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """Does the context hold the gold option's text, and how many distractors' (the coverage proxy's rule)?"""
+    from context_coverage import holds
+
+    text = ctx.text if ctx is not None else ""
+    gold = set(rec["answer"])
+    opts = {k: str(v) for k, v in (rec.get("options") or {}).items()}
+    return {"gold_in": any(holds(text, opts[k]) for k in gold if k in opts),
+            "distractors_in": sum(holds(text, v) for k, v in opts.items() if k not in gold)}
+
+
+def fill_coverage(records: list[tuple[str, dict[str, Any]]], outdir: Path, conditions: list[str], runner: Runner) -> None:
+    """Rows scored before ``gold_in`` existed get it: each record's context rebuilt as it was scored (retrieval only)."""
+    from bencao.io import atomic_write_text
+
+    recs = {r["id"]: r for _, r in records}
+    for c in conditions:
+        path = outdir / f"{c}.jsonl"
+        rows = read_rows(path)
+        todo = [i for i, r in rows.items() if "gold_in" not in r and i in recs]
+        if not todo:
+            continue
+        for n, i in enumerate(todo, 1):
+            rows[i].update(coverage(recs[i], runner.contexts(recs[i], [c])[c]))
+            if n % 50 == 0:
+                print(f"coverage {c}: {n}/{len(todo)}", file=sys.stderr, flush=True)
+        atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows.values()))
+
+
+def coverage_table(records: list[tuple[str, dict[str, Any]]], outdir: Path, conditions: list[str], seed: int = 0) -> str:
+    """Per evidence condition, pooled: records whose context held the gold option's text and those whose did not, the
+    accuracy of each group and its paired difference against closed book (where (a) was scored)."""
+    from retrieval_peers import paired_delta
+
+    if "closed" not in conditions:
+        return ""
+    closed = read_rows(outdir / "closed.jsonl")
+    ids = {r["id"] for _, r in records}
+    lines = ["| condition | context holds the gold option | n | accuracy | closed book, same records | difference [95 % CI] "
+             "| distractors held, mean |", "|---|---|---:|---:|---:|---:|---:|"]
+    any_row = False
+    for c in conditions:
+        if c == "closed":
+            continue
+        rows = {i: r for i, r in read_rows(outdir / f"{c}.jsonl").items() if i in ids and i in closed and "gold_in" in r}
+        for flag, label in ((True, "yes"), (False, "no")):
+            grp = [i for i, r in rows.items() if r["gold_in"] is flag]
+            if not grp:
+                continue
+            a = np.array([float(rows[i]["correct"]) for i in grp])
+            b = np.array([float(closed[i]["correct"]) for i in grp])
+            m, lo, hi = paired_delta(a - b, np.random.default_rng(seed))
+            dis = np.mean([rows[i]["distractors_in"] for i in grp])
+            lines.append(f"| {LABEL[c]} | {label} | {len(grp)} | {100 * a.mean():.1f} | {100 * b.mean():.1f} | "
+                         f"{100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}] | {dis:.2f} |")
+            any_row = True
+    return "\n".join(lines) if any_row else ""
 
 
 def done_ids(path: Path) -> set[str]:
@@ -378,7 +453,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default=None, help="Serving recipe (default: the one the graph recorded).")
     ap.add_argument("--set", action="append", default=[], help="key=value override of the serving recipe.")
     ap.add_argument("--budget-chars", type=int, default=1200)
-    ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS), help=f"Comma-separated, of {', '.join(CONDITIONS)}.")
+    ap.add_argument("--coverage", action="store_true", help="Fill in gold_in / distractors_in for rows scored without them "
+                                                            "(their contexts rebuilt, no model) before the table.")
     ap.add_argument("--limit", type=int, default=None, help="The first N records of each file (after --half).")
     ap.add_argument("--half", choices=["a", "b"], default=None)
     ap.add_argument("--out", default="out/eval-llm")
@@ -436,8 +513,13 @@ def main(argv: list[str] | None = None) -> int:
                     fh.flush()
                     print(f"decompose {i}/{len(todo)} {rec['id']}: {row.get('valid', 0)}/{row.get('n', 0)} valid "
                           f"({time.perf_counter() - t:.1f} s)", file=sys.stderr, flush=True)
+    if args.coverage:
+        fill_coverage(records, outdir, [c for c in args.conditions if c != "closed"], Runner(args, load_model=False))
     if args.conditions:
         text = table(records, outdir, args.conditions)
+        split = coverage_table(records, outdir, args.conditions)
+        if split:
+            text += "\n\n" + split
     else:
         text = ""
     other = Path(args.compare_to) if args.compare_to else None

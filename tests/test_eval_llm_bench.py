@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -34,7 +35,8 @@ def test_four_conditions_same_budget_resume_and_table(tmp_path_factory, tmp_path
             "--out", str(tmp_path / "out"), "--threads", "1"]
     assert ev.main(args) == 0
     out_dir = tmp_path / "out" / Path(model).name
-    rows = {c: [json.loads(x) for x in (out_dir / f"{c}.jsonl").read_text(encoding="utf-8").splitlines()] for c in ev.CONDITIONS}
+    rows = {c: [json.loads(x) for x in (out_dir / f"{c}.jsonl").read_text(encoding="utf-8").splitlines()] for c in ev.DEFAULT_CONDITIONS}
+    assert not (out_dir / "oracle.jsonl").exists()  # the upper bound is opt-in
     for c, rs in rows.items():
         assert [r["id"] for r in rs] == ["q0", "s0"]
         for r in rs:
@@ -46,9 +48,9 @@ def test_four_conditions_same_budget_resume_and_table(tmp_path_factory, tmp_path
     table = table[table.index("| file |"):]  # (a library may log a line to stdout before it)
     assert "(c) bencao, question only" in table and "bencao − bm25" in table and "| pooled | 2 |" in table
     # a rerun scores nothing again (the files are unchanged) and prints the same table
-    before = {c: (out_dir / f"{c}.jsonl").read_text(encoding="utf-8") for c in ev.CONDITIONS}
+    before = {c: (out_dir / f"{c}.jsonl").read_text(encoding="utf-8") for c in ev.DEFAULT_CONDITIONS}
     assert ev.main(args) == 0
-    assert {c: (out_dir / f"{c}.jsonl").read_text(encoding="utf-8") for c in ev.CONDITIONS} == before
+    assert {c: (out_dir / f"{c}.jsonl").read_text(encoding="utf-8") for c in ev.DEFAULT_CONDITIONS} == before
     assert capsys.readouterr().out.endswith(table)
     # a second run (here the same model under another tag) compared with the first, with the decomposition check
     assert ev.main(args + ["--tag", "after", "--conditions", "closed", "--decompose", "1", "--decompose-tokens", "8",
@@ -112,3 +114,40 @@ def test_decomposition_check_and_before_after_tables(tmp_path_factory, tmp_path)
     assert "| (a) closed book | f | 2 | 0.0 | 50.0 | +50.0 [+0.0, +100.0] |" in cmp
     pooled = [r for r in ev.decompose_rows(records, after, before) if r["file"] == "pooled"][0]
     assert pooled["delta_with_valid_triple"][0] == 0.5 and pooled["valid"][0] == 1.0
+
+
+def test_oracle_condition_and_gold_coverage_split(tmp_path_factory, tmp_path, capsys):
+    """The opt-in upper bound (BM25 given the gold option's text) and the gold_in flags: written as rows are scored,
+    filled in by --coverage for rows scored without them (the same values), and the split table against closed book."""
+    from llm_fixtures import save_tiny_model
+    from serving_helpers import serving_graph
+
+    graph = serving_graph(tmp_path_factory)
+    model = save_tiny_model(tmp_path / "tiny")
+    recs = [{"id": "q0", "task": "mcq", "question": "大枣的性味是什么？", "options": {"A": "甘温", "B": "苦寒", "C": "咸平"}, "answer": ["A"],
+             "lang": "zh"},
+            {"id": "q1", "task": "mcq", "question": "哪一味药主治心腹邪气？", "options": {"A": "咸平", "B": "苦寒", "C": "大枣"}, "answer": ["C"],
+             "lang": "zh"}]
+    bench = tmp_path / "mini.jsonl"
+    bench.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs), encoding="utf-8")
+    ev = _load("eval_llm")
+    args = ["--graph", str(graph), "--bench", str(bench), "--model", model, "--dtype", "float32", "--budget-chars", "400",
+            "--out", str(tmp_path / "out"), "--threads", "1", "--conditions", "closed,bm25,oracle"]
+    assert ev.main(args) == 0
+    out_dir = tmp_path / "out" / Path(model).name
+    rows = {c: {r["id"]: r for r in map(json.loads, (out_dir / f"{c}.jsonl").read_text(encoding="utf-8").splitlines())}
+            for c in ("closed", "bm25", "oracle")}
+    assert all(r["gold_in"] is False and r["distractors_in"] == 0 for r in rows["closed"].values())
+    assert rows["oracle"]["q1"]["gold_in"] is True  # the gold option's text is in the query, so in the passages found
+    table = capsys.readouterr().out
+    assert "(o) BM25 given the gold answer" in table and "oracle − closed" in table
+    assert "| (o) BM25 given the gold answer | yes |" in table
+    # rows scored before the flags existed: --coverage rebuilds their contexts and fills the same values in
+    flags = {i: (r["gold_in"], r["distractors_in"]) for i, r in rows["bm25"].items()}
+    stripped = [{k: v for k, v in r.items() if k not in ("gold_in", "distractors_in")} for r in rows["bm25"].values()]
+    (out_dir / "bm25.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in stripped), encoding="utf-8")
+    assert ev.main(args + ["--table-only", "--coverage"]) == 0
+    again = {r["id"]: (r["gold_in"], r["distractors_in"]) for r in map(json.loads, (out_dir / "bm25.jsonl").read_text(encoding="utf-8").splitlines())}
+    assert again == flags
+    split = capsys.readouterr().out.split("| condition | context holds the gold option |")[1]
+    assert sum(int(n) for n in re.findall(r"\| \(b\) plain BM25 passages \| (?:yes|no) \| (\d+) \|", split)) == 2
