@@ -21,7 +21,8 @@ The roles, what counts as a valid output and what as quality:
   of both, the paired difference with a bootstrap interval.
 - ``planner`` (``planner.llm``): the understanding questions. Valid: a schema-valid reply with at least one relation
   sequence. Quality: planned relation steps that exist in the graph's schema.
-- ``cot`` (``cot.llm``, the CoT model's ``triples`` form): the same questions. Valid: a reply with parsable triples.
+- ``cot`` (``cot.llm`` with ``cot.form: json``: the triples as JSON under the engine's grammar; the 0.5B wrote no
+  parsable reply of 10 in the SFT data's line form): the same questions. Valid: a reply with parsable triples.
   Quality (TCM-DiffRAG's decomposition check): query triples whose head links to a graph entity (the LLM-free linker)
   and whose relation is in the schema (its name, or its label in bencao's relation labels).
 - ``generator`` (``bencao infer --config serving/small-llm --llm MODEL@URL``): "X有什么功效？" / "X的性味是什么？" for the
@@ -359,7 +360,7 @@ class Run:
         from bencao.serving.graph_answerer import DEFAULT_LABELS
         from bencao.text import norm_key
 
-        res, rows, preds = self.question_role(d, "cot", cot={"llm": self.llm(160)})
+        res, rows, preds = self.question_role(d, "cot", cot={"llm": self.llm(160), "form": "json"})
         triples = [(p["id"], t) for p in preds for t in ((p.get("extra") or {}).get("query_triples") or [])]
         valid = sum(1 for p in preds if (p.get("extra") or {}).get("query_triples"))
         res["valid"] = [valid, len(preds)]

@@ -61,7 +61,10 @@ def route(messages: list[dict[str, str]]) -> str:
         return '{"synonyms": []}'
     if stage == "plan":
         return json.dumps({"paths": [["treats"], ["~treats", "made_up"]], "rationale": "r"})
-    if stage == "cot":
+    if stage == "cot":  # cot.form: json (the role's recipe); the line form otherwise
+        if "只输出 JSON" in user or "JSON only" in user:
+            return json.dumps({"triples": [{"head": "大枣", "relation": "has_flavour", "tail": "甘"},
+                                           {"head": "不存在的东西", "relation": "关系", "tail": "尾"}]}, ensure_ascii=False)
         return "（大枣，has_flavour，甘）\n（不存在的东西，关系，尾）"
     if stage == "generate_qa":
         return "它味甘[1]，见[9]。"
@@ -119,6 +122,9 @@ def test_every_role_runs_through_the_cli_and_the_table_reports_it(graph, tmp_pat
     assert res["planner"]["quality"] == pytest.approx(2 / 3) and res["planner"]["valid"] == [2, 2]
     # the CoT model: two triples a question, one whose head links and whose relation is the graph's
     assert res["cot"]["valid"] == [2, 2] and res["cot"]["quality"] == pytest.approx(0.5)
+    import yaml
+
+    assert yaml.safe_load((tmp_path / "work" / "recipes" / "cot.yaml").read_text(encoding="utf-8"))["cot"]["form"] == "json"
     # generator: [1] names evidence, [9] does not
     g = res["generator"]
     assert g["items"] == 2 and g["valid"] == [0, 2] and g["quality"] == pytest.approx(0.5)

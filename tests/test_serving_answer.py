@@ -161,6 +161,41 @@ def test_cot_prompt_is_the_sft_training_form():
     assert en[0]["content"] == SYSTEM["en"] and en[1]["content"] == "What does ginger treat?\n\n" + ASK["triples"]["en"]
 
 
+def test_cot_json_form_decodes_under_the_schema_and_repairs():
+    """``cot.form: json``: the JSON prompt, the schema (with maxItems) sent to an engine that decodes under one, a
+    reply that breaks the schema repaired once, the triples kept in order without duplicates; ``text`` unchanged."""
+    import json as _json
+
+    import pytest
+    from llm_fixtures import ScriptedClient
+
+    from bencao.serving.cot import ASK_JSON, CotConfig, CotDecomposer
+
+    class Grammar(ScriptedClient):
+        supports_json_schema = True
+
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self.params = []
+
+        def _call_once(self, messages, params):
+            self.params.append(params)
+            return super()._call_once(messages, params)
+
+    good = _json.dumps({"triples": [{"head": "大枣", "relation": "性味", "tail": "?"}, {"head": "大枣", "relation": "性味", "tail": "?"},
+                                    {"head": "大枣", "relation": "归经", "tail": "?"}]}, ensure_ascii=False)
+    client = Grammar([good, '{"triples": []}', good], max_concurrency=1)
+    cot = CotDecomposer(client, CotConfig(form="json", max_triples=4))
+    out = cot.decompose_many(["大枣的性味是什么？", "山药归什么经？"])
+    assert out[0]["error"] is None and out[0]["triples"] == [{"head": "大枣", "relation": "性味", "tail": "?"},
+                                                             {"head": "大枣", "relation": "归经", "tail": "?"}]
+    assert out[1]["error"] is None and len(out[1]["triples"]) == 2  # repaired: the empty list broke minItems
+    assert client.calls[0][1]["content"].endswith(ASK_JSON["zh"]) and len(client.calls) == 3
+    assert client.params[0]["json_schema"]["properties"]["triples"]["maxItems"] == 4
+    with pytest.raises(ValueError, match="cot.form"):
+        CotConfig(form="yaml")
+
+
 def test_shipped_serving_recipes_load(repo):
     from bencao.serving.config import load_serve_config
 
