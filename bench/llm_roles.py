@@ -317,7 +317,7 @@ class Run:
         return res, rows, preds
 
     def role_understand(self, d: Path) -> dict[str, Any]:
-        res, rows, preds = self.question_role(d, "understand", understand={"llm": self.llm(200)})
+        res, rows, preds = self.question_role(d, "understand", understand={"llm": self.llm(360)})
         res.update(self.json_valid(rows))
         mentions = [m for p in preds for m in ((p.get("extra") or {}).get("understanding") or {}).get("mentions", [])]
         verbatim = sum(m.get("verbatim", True) for m in mentions)

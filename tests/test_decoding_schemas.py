@@ -138,3 +138,21 @@ def test_the_understanding_prompt_shows_a_worked_example_not_placeholders(lang, 
     got = QuestionUnderstanding(inner, max_entities=5).understand_many([question], [lang])[0]
     assert [m.text for m in got.mentions] == ["山药"]
     assert inner.schemas[0]["properties"]["entities"]["maxItems"] == 5 and inner.schemas[0]["properties"]["keywords"]["maxItems"] == 12
+
+
+def test_the_understanding_decode_schema_bounds_names_and_roles():
+    """A vignette's symptom list ran the 0.5B past its token budget inside the JSON: the decode schema bounds each
+    name's length, the roles to the three the stage reads, and the history list; the stage's own schema stays loose."""
+    import jsonschema
+
+    from bencao.serving.understand import SCHEMA, decoding_schema
+
+    decode = decoding_schema(8)
+    ok = {"entities": [{"mention": "恶寒发热", "type": "symptom", "role": "disease"}, {"mention": "大枣", "role": None}],
+          "keywords": ["恶寒"], "patient": {"sex": "男", "history": ["胸痹"]}}
+    jsonschema.validate(ok, decode)
+    for bad in ({"entities": [{"mention": "恶" * 25}]}, {"entities": [{"mention": "大枣", "role": "condition"}]},
+                {"entities": [], "patient": {"history": ["a", "b", "c", "d", "e"]}}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, decode)
+        jsonschema.validate(bad, SCHEMA)  # the reply is still read under the loose schema (unknown roles become "question")
