@@ -119,6 +119,10 @@ def test_bad_frequency_files_and_recipes_are_one_line_errors(tmp_path):
     with pytest.raises(InputError, match=r"p\.jsonl:2: not a JSON object"):
         list(iter_texts(bad, 10))
     assert list(iter_texts(bad, 1)) == ["a"]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text('{"anchor": "a", "positive": "b", "negative": "c"}\n{"anchor": "d", "positive": "e"}\n', encoding="utf-8")
+    assert list(iter_texts(pairs, 2)) == ["a", "b"]  # the limit counts texts, not rows (it read 3 for 2 before)
+    assert list(iter_texts(pairs, 4)) == ["a", "b", "c", "d"]
     txt = tmp_path / "t.txt"
     txt.write_text("一\n\n二\n", encoding="utf-8")
     assert list(iter_texts(txt, 10)) == ["一", "二"]

@@ -147,6 +147,8 @@ def iter_texts(path: Path, limit: int) -> Iterator[str]:
                     raise InputError(path, "not a JSON object", i)
                 for k in ("anchor", "positive", "negative", "text"):
                     if isinstance(row.get(k), str) and row[k]:
+                        if n >= limit:  # a row holds up to four texts: the limit counts texts, not rows
+                            return
                         n += 1
                         yield row[k]
             else:
