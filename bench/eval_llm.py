@@ -103,7 +103,7 @@ class Runner:
                             n_threads=args.threads, batch_size=1)
         self.client = make_client(llm, default_cache=None if args.no_cache else Path(args.out) / "score_cache.sqlite") if load_model else None
         self.model = args.model
-        self.pipe = AnswerPipeline(args.graph, self.cfg) if set(args.conditions) & {"bencao", "full", "bm25"} else None
+        self.pipe = AnswerPipeline(args.graph, self.cfg) if set(args.conditions) & {"bencao", "full", "bm25", "oracle"} else None
         self.bm25 = None
         if {"bm25", "oracle"} & set(args.conditions):
             from retrieval_peers import PlainBM25

@@ -27,7 +27,7 @@ The roles, what counts as a valid output and what as quality:
   and whose relation is in the schema (its name, or its label in bencao's relation labels).
 - ``generator`` (``bencao infer --config serving/small-llm --llm MODEL@URL``): "X有什么功效？" / "X的性味是什么？" for the
   first catalogue substances. Valid: an answer with at least one citation and no invalid one. Quality: citations that
-  name evidence the generator was given.
+  name evidence the generator was given and whose text states the clause citing it (``citation_support``, lexical).
 - ``judge`` (``eval.judge``, RAGAS-style context judge; ``bencao eval --system llm-free``): the first TCMBench
   records. Valid: judge replies usable as verdicts (schema-valid, one verdict per item). Quality: agreement of the
   judge's context recall with the lexical rule's on the same contexts the judge was shown.
@@ -464,9 +464,12 @@ class Run:
         bad = sum(len(a.get("invalid_citations") or []) for a in answers)
         res["valid"] = [valid, len(answers)]
         res["valid_text"] = f"{pct(valid, len(answers))} answers with ≥1 citation, none invalid"
-        res["quality"] = good / (good + bad) if good + bad else 0.0
-        res["quality_text"] = f"{pct(good, good + bad)} citations name evidence given"
+        supported = sum(1 for a in answers for c in a.get("citations") or [] if c.get("supported") is not False)
+        res["quality"] = supported / (good + bad) if good + bad else 0.0
+        res["quality_text"] = (f"{pct(good, good + bad)} citations name evidence given; {pct(supported, good + bad)} name a text that "
+                               f"states the claim (citation_support)")
         res["details"] = {"abstained": sum(bool(a.get("abstained")) for a in answers),
+                          "citations_named_given": [good, good + bad], "citations_supported": [supported, good + bad],
                           "without_citation": sum(1 for a in answers if not a.get("abstained") and not a.get("citations")),
                           "with_invalid": sum(1 for a in answers if a.get("invalid_citations")),
                           "chinese_answers": sum(1 for a in answers if any("\u4e00" <= ch <= "\u9fff" for ch in str(a.get("answer") or ""))),

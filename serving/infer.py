@@ -135,7 +135,7 @@ def run_inference(pipeline: Any, questions_path: str | Path, output_path: str | 
                     failed += 1
                     first_error = first_error or " ".join(str(a["error"]).split())[:300]
                     continue
-                rec.update({k: a.get(k) for k in ("answer", "prediction", "citations", "invalid_citations", "abstained", "own_answer",
+                rec.update({k: a.get(k) for k in ("answer", "prediction", "citations", "invalid_citations", "unsupported_citations", "abstained", "own_answer",
                                                   "answered_by", "query_triples")})
                 if cfg.evidence:
                     rec["evidence"] = a.get("evidence")

@@ -32,7 +32,7 @@ from typing import Any
 from bencao.deadline import check_deadline
 from bencao.errors import BencaoError
 from bencao.retrieval.evidence import Evidence
-from bencao.serving.answer import (ANSWER_PREFIX, build_messages, citation, generator_context, not_in_kb, own_answer_label,
+from bencao.serving.answer import (ANSWER_PREFIX, build_messages, citation, citation_support, generator_context, not_in_kb, own_answer_label,
                                    own_answer_messages, parse_reply, prompt_language, references)
 from bencao.serving.config import PipelineConfig
 from bencao.serving.cot import CotDecomposer
@@ -64,6 +64,7 @@ class Answer:
     abstained: bool = False
     citations: list[dict[str, Any]] = field(default_factory=list)
     invalid_citations: list[int] = field(default_factory=list)
+    unsupported_citations: list[int] = field(default_factory=list)  # cited texts that do not state their clause (citation_support)
     own_answer: str | None = None
     answered_by: str = "none"  # graph | generator:<model> | none
     evidence: Evidence | None = None
@@ -81,7 +82,7 @@ class Answer:
         refs = self.context.references() if self.context is not None else references(self.evidence)
         out = {"question": self.query.question, "task": self.query.task, "answer": self.answer, "prediction": self.prediction,
                "abstained": self.abstained, "citations": self.citations, "invalid_citations": self.invalid_citations,
-               "own_answer": self.own_answer, "answered_by": self.answered_by,
+               "unsupported_citations": self.unsupported_citations, "own_answer": self.own_answer, "answered_by": self.answered_by,
                "evidence": self.evidence.to_dict() if self.evidence is not None else None,
                "references": [citation(r) for r in refs], "query_triples": self.query_triples, "timings": self.timings}
         for k in ("understanding", "plan", "reply", "usage", "error", "cot_error"):
@@ -399,6 +400,7 @@ class AnswerPipeline:
                     own.append(a)
                 else:
                     a.answer = parsed.answer
+                    a.unsupported_citations = citation_support(a.answer, a.citations, a.query.question)
                 a.prediction = {"text": a.answer, "abstained": a.abstained}
             else:
                 a.prediction = read_prediction(a.query, rep.text)

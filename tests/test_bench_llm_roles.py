@@ -127,7 +127,10 @@ def test_every_role_runs_through_the_cli_and_the_table_reports_it(graph, tmp_pat
     assert yaml.safe_load((tmp_path / "work" / "recipes" / "cot.yaml").read_text(encoding="utf-8"))["cot"]["form"] == "json"
     # generator: [1] names evidence, [9] does not
     g = res["generator"]
-    assert g["items"] == 2 and g["valid"] == [0, 2] and g["quality"] == pytest.approx(0.5)
+    assert g["items"] == 2 and g["valid"] == [0, 2] and g["details"]["citations_named_given"] == [2, 4]
+    answers = [json.loads(x) for x in (tmp_path / "work" / "generator" / "answers.jsonl").read_text(encoding="utf-8").splitlines()]
+    ok = sum(1 for a in answers for c in a["citations"] if c["supported"])  # "它味甘[1]": does passage [1] say 味甘?
+    assert g["details"]["citations_supported"] == [ok, 4] and g["quality"] == pytest.approx(ok / 4)
     # judge: every reply usable; extract: half the triples are in the snippet; distill: records for both questions
     assert res["judge"]["valid"][0] == res["judge"]["valid"][1] > 0
     assert res["extract"]["items"] == 2 and res["extract"]["quality"] == pytest.approx(0.5)

@@ -147,6 +147,7 @@ def test_oracle_condition_and_gold_coverage_split(tmp_path_factory, tmp_path, ca
     stripped = [{k: v for k, v in r.items() if k not in ("gold_in", "distractors_in")} for r in rows["bm25"].values()]
     (out_dir / "bm25.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in stripped), encoding="utf-8")
     assert ev.main(args + ["--table-only", "--coverage"]) == 0
+    assert ev.main([*args[:-1], "closed,oracle", "--tag", "alone"]) == 0  # the upper bound without (b) builds its own BM25
     again = {r["id"]: (r["gold_in"], r["distractors_in"]) for r in map(json.loads, (out_dir / "bm25.jsonl").read_text(encoding="utf-8").splitlines())}
     assert again == flags
     split = capsys.readouterr().out.split("| condition | context holds the gold option |")[1]

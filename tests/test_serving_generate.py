@@ -97,6 +97,39 @@ def test_citations_are_parsed_from_the_generator_reply(graph, retriever):
     assert res["usage"]["completion_tokens"] > 0
 
 
+def test_a_citation_whose_text_does_not_state_the_claim_is_flagged(graph, retriever):
+    """A claim copied from the cited passage is supported; one the passage does not state is listed in
+    ``unsupported_citations`` and marked in the sources block (the 0.5B model cited a 甜瓜 passage for 丁香's effects)."""
+    import re
+
+    from bencao.serving.answer import sources_block
+
+    first = AnswerPipeline(graph, PipelineConfig(), retriever=retriever, clients={"generator": ScriptedClient(lambda m: "见[1]。")}).answer(ZH)
+    runs = {r["n"]: re.findall(r"[\u4e00-\u9fff]{6,}", r["text"]) for r in first["references"]}
+    a = next(n for n, found in runs.items() if found)
+    b = next(n for n in runs if n != a)
+    reply = f"{runs[a][0][:8]}[{a}]；大枣能飞天遁地，长生不老[{b}]。"
+    res = AnswerPipeline(graph, PipelineConfig(), retriever=retriever, clients={"generator": ScriptedClient(lambda m: reply)}).answer(ZH)
+    assert res["unsupported_citations"] == [b] and res["invalid_citations"] == []
+    assert [(c["n"], c["supported"]) for c in res["citations"]] == [(a, True), (b, False)]
+    block = sources_block(ZH, res["citations"])
+    assert block.splitlines()[2].endswith("（此处原文未见该说法）") and "未见" not in block.splitlines()[1]
+
+
+def test_citation_support_clauses_and_languages():
+    from bencao.serving.answer import citation_support
+
+    zh = [{"n": 1, "text": "大枣，味甘，平。主心腹邪气，安中养脾。"}, {"n": 4, "text": "瓜蒂七枚，丁香七枚，捣为末，吹鼻中。"}]
+    assert citation_support("丁香的功效是退虚热[4]。", zh, "丁香有什么功效？") == [4]
+    assert zh[1]["supported"] is False and "supported" not in zh[0]  # a reference not cited is not judged
+    assert citation_support("大枣味甘。[1] 主心腹邪气[1]。", zh, "大枣的性味是什么？") == [] and zh[0]["supported"] is True
+    assert citation_support("大枣味甘[1][4]。", zh, "大枣的性味是什么？") == [4]  # "[1][4]": both cite the same claim
+    en = [{"n": 1, "text": "Ginger relieves nausea and warms the stomach."}]
+    assert citation_support("Ginger relieves nausea [1].", en, "What does ginger do?") == []
+    assert citation_support("Ginger relieves nausea [1]. It cures cancer [1].", en, "What does ginger do?") == [1]
+    assert citation_support("没有引用。", [], "问题") == []
+
+
 def test_cot_endpoint_triples_drive_retrieval(graph, retriever):
     """The CoT model behind an OpenAI-compatible endpoint (loopback) decomposes the question."""
     from bencao.llm.local_server import create_app, serve_in_thread
