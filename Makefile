@@ -146,7 +146,8 @@ eval-corpus: $(VENV)/.installed-dev
 # install $(LLM_MODEL)) answers the dev files' multiple-choice and syndrome questions by its option-letter scores,
 # closed book / with plain BM25 passages / with bencao's served context of the question alone / with bencao's full
 # recipe, under the same evidence budget in characters, on the corpus graph (make eval-corpus builds it). Resumable;
-# HALF=a|b keeps one half of the records, LIMIT=N the first N of each file; APPEND=bench/RESULTS.md records the table.
+# HALF=a|b keeps one half of the records, LIMIT=N the first N of each file; APPEND=bench/RESULTS.md records the table;
+# CONDITIONS=closed,bm25,bencao,oracle picks conditions (oracle: BM25 given the gold answer, the reader's upper bound).
 LLM_MODEL ?= qwen2.5-coder-0.5b-instruct
 LLM_BUDGET ?= 1000
 LLM_BENCH ?= $(CORPUS_BENCH)
@@ -155,7 +156,8 @@ eval-llm: $(VENV)/.installed-dev
 	@test -f $(CORPUS_GRAPH)/graph.sqlite || { echo "error: no corpus graph at $(CORPUS_GRAPH) (make eval-corpus builds it)" >&2; exit 2; }
 	$(BIN)/python bench/eval_llm.py --graph $(CORPUS_GRAPH) --model $(LLM_MODEL) --budget-chars $(LLM_BUDGET) \
 		$(foreach f,$(LLM_BENCH),--bench $(f)) --threads $(LLM_THREADS) --out out/eval-llm \
-		$(if $(LIMIT),--limit $(LIMIT)) $(if $(HALF),--half $(HALF)) $(if $(APPEND),--append $(APPEND))
+		$(if $(LIMIT),--limit $(LIMIT)) $(if $(HALF),--half $(HALF)) $(if $(CONDITIONS),--conditions $(CONDITIONS)) \
+		$(if $(APPEND),--append $(APPEND))
 
 # Scale and speed figures at 1 % of TCM-DiffRAG's size (a few minutes), appended to bench/RESULTS.md.
 # Full size (434k snippets, ~3.5M triples): $(BIN)/python bench/run_bench.py --scale 1.0 --runs 1
