@@ -539,7 +539,7 @@ class Run:
         args = ["data", "extract", "--config", "data_gen/extract", "--graph", str(g), "--document", self.extract_document,
                 *(["--section", self.extract_section] if self.extract_section else []), "--limit", str(self.sizes["extract"]),
                 "--output", str(out), *self.llm_sets("llm", 384), "--set", f"relations=[{','.join(self.extract_relations)}]",
-                "--set", "attributes=false", "--set", "max_snippet_chars=400", "--set", "progress=false"]
+                "--set", "attributes=false", "--set", "max_snippet_chars=400", "--set", "max_triples=8", "--set", "progress=false"]
         r = self.timed(args)
         res = {"commands": [r["command"]], "ran": r["rc"] == 0, "error": r["error"]}
         rows = cache_rows(out / "llm_cache.sqlite")

@@ -110,8 +110,10 @@ def test_extract_decodes_triples_under_the_relation_set(tmp_path):
                          {"head": "大枣", "relation": "上药百二十种", "tail": "甘"}]}  # an engine without grammars: one unknown
     inner = SchemaClient(lambda m: json.dumps(reply, ensure_ascii=False))
     cfg = ExtractConfig(graph=str(g), output=str(tmp_path / "out"), documents=["神农本草经"], sections=["大枣"], limit=1,
-                        relations=["treats", "has_flavour"], attributes=False, progress=False, llm=LLMConfig(max_concurrency=1))
+                        relations=["treats", "has_flavour"], attributes=False, progress=False, llm=LLMConfig(max_concurrency=1),
+                        max_triples=5)
     summary = run_extract(cfg, client=inner)
+    assert inner.schemas[0]["properties"]["triples"]["maxItems"] == 5  # a grammar stops the list before the token budget does
     triples = inner.schemas[0]["properties"]["triples"]["items"]
     assert sorted(triples["properties"]["relation"]["enum"]) == ["has_flavour", "treats"]
     assert triples["properties"]["head"]["maxLength"] == cfg.max_entity_chars
