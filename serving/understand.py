@@ -51,11 +51,17 @@ def decoding_schema(max_entities: int, max_keywords: int = 12, max_chars: int = 
     ent["maxItems"] = max(1, max_entities)
     props = ent["items"]["properties"]
     props["mention"]["maxLength"] = max_chars
-    props["type"] = {"type": ["string", "null"], "maxLength": 16}
-    props["role"] = {"enum": [*ROLES, None]}
+    # plain types, not ["object", "null"] unions: llama-cpp-python's grammar converter drops the bounds inside a union
+    # (a 6-item history came back under maxItems 4)
+    props["type"] = {"type": "string", "maxLength": 16}
+    props["role"] = {"enum": list(ROLES)}
     out["properties"]["keywords"]["maxItems"] = max(1, max_keywords)
     out["properties"]["keywords"]["items"]["maxLength"] = max_chars
-    hist = out["properties"]["patient"]["properties"]["history"]
+    pat = out["properties"]["patient"]
+    pat["type"] = "object"
+    for k in ("age_group", "sex"):
+        pat["properties"][k] = {"type": "string", "maxLength": 16}
+    hist = pat["properties"]["history"]
     hist["maxItems"], hist["items"]["maxLength"] = 4, max_chars
     return out
 

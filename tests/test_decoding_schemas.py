@@ -150,7 +150,7 @@ def test_the_understanding_decode_schema_bounds_names_and_roles():
     from bencao.serving.understand import SCHEMA, decoding_schema
 
     decode = decoding_schema(8)
-    ok = {"entities": [{"mention": "恶寒发热", "type": "symptom", "role": "disease"}, {"mention": "大枣", "role": None}],
+    ok = {"entities": [{"mention": "恶寒发热", "type": "symptom", "role": "disease"}, {"mention": "大枣", "role": "question"}],
           "keywords": ["恶寒"], "patient": {"sex": "男", "history": ["胸痹"]}}
     jsonschema.validate(ok, decode)
     for bad in ({"entities": [{"mention": "恶" * 25}]}, {"entities": [{"mention": "大枣", "role": "condition"}]},
