@@ -143,3 +143,14 @@ def test_every_role_runs_through_the_cli_and_the_table_reports_it(graph, tmp_pat
     for cmd in ("bencao eval --bench", "bencao infer", "bencao data extract", "bencao data cot"):
         assert cmd in text
     assert "serving/small-llm" in text and f"--llm scripted@{ep.base_url}" in text
+    # verdicts written after the run are read by --report-only (a rerun of the role would wipe its folder)
+    sample = (tmp_path / "work" / "extract" / "judge_sample.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    judged = tmp_path / "judged.tsv"
+    judged.write_text("# by hand\nkey\tverdict\n" + "".join(f"{line.split(chr(9))[0]}\t{v}\n" for line, v in zip(sample, "10")), encoding="utf-8")
+    roles.JUDGED = judged
+    try:
+        assert roles.main(["--base-url", "http://127.0.0.1:9/v1", "--model", "scripted", "--work", str(tmp_path / "work"), "--dev", str(dev),
+                           "--graph", str(graph), "--report-only"]) == 0
+    finally:
+        roles.JUDGED = roles.REPO / "bench" / "judged" / "llm_extract.tsv"
+    assert "judged 1/2 (50 %) of a sample correct" in capsys.readouterr().out
