@@ -112,10 +112,21 @@ class Runner:
             self.bm25 = PlainBM25(self.pipe.retriever.g)
             print(f"plain BM25 over {len(self.bm25.index.ids):,} snippets built in {time.perf_counter() - t:.0f} s", file=sys.stderr)
 
-    def contexts(self, rec: dict[str, Any], conditions: list[str]) -> dict[str, Any]:
+    def bm25_context(self, query: str, language: str) -> Any:
+        """Plain bm25s's best passages for ``query``, whole from their start as a naive RAG gives them, laid out as
+        bencao lays out passages and cut to the budget, whatever bencao's own settings."""
         from bencao.retrieval.evidence import SnippetHit
-        from bencao.serving.answer import context_limits, generator_context
-        from bencao.serving.context import ContextConfig, RenderedContext, passages_context
+        from bencao.serving.answer import context_limits
+        from bencao.serving.context import ContextConfig, passages_context
+
+        ranked = self.bm25.ranked(query, 20)
+        rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
+        hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
+        return passages_context(hits, ContextConfig(budget_chars=self.budget), language, self.budget, context_limits(self.acfg))
+
+    def contexts(self, rec: dict[str, Any], conditions: list[str]) -> dict[str, Any]:
+        from bencao.serving.answer import generator_context
+        from bencao.serving.context import RenderedContext
         from bencao.serving.tasks import Query
 
         q = Query.from_record(rec)
@@ -124,19 +135,10 @@ class Runner:
             if c == "closed":
                 out[c] = None
             elif c == "bm25":
-                ranked = self.bm25.ranked(q.question, 20)
-                rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
-                hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
-                # the plain baseline: whole passages from their start, as a naive RAG gives them, whatever bencao's settings
-                out[c] = passages_context(hits, ContextConfig(budget_chars=self.budget), q.language, self.budget,
-                                          context_limits(self.acfg))
+                out[c] = self.bm25_context(q.question, q.language)
             elif c == "oracle":
                 gold = " ".join(str((rec.get("options") or {}).get(k, "")) for k in rec["answer"])
-                ranked = self.bm25.ranked(f"{q.question} {gold}", 20)
-                rows = self.pipe.retriever.g.get_snippets([i for i, _ in ranked])
-                hits = [SnippetHit(id=i, text=rows[i]["text"], path=list(rows[i].get("path") or []), score=s) for i, s in ranked]
-                out[c] = passages_context(hits, ContextConfig(budget_chars=self.budget), q.language, self.budget,
-                                          context_limits(self.acfg))
+                out[c] = self.bm25_context(f"{q.question} {gold}", q.language)
             elif c == "bencao":
                 ret = self.pipe.retrieve_dict(q.question, budget_chars=self.budget)  # what /v1/retrieve returns
                 out[c] = RenderedContext.from_text(ret["context"], self.budget)

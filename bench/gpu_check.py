@@ -276,21 +276,29 @@ def timed_stats(timer, warmup: int) -> dict[str, Any]:
     out: dict[str, Any] = {"steps_timed": len(times), "step_s": times, "step_tokens": tokens}
     if not times or sum(times) <= 0:
         return out
-    # the median of the per-step rates: one slow step (allocator growth, a first-case warm-up seen on the H100 as two
-    # 3.6 s steps among 0.74 s ones) does not move it; the mean rate stays in the JSON as tokens_per_s_mean
-    out["tokens_per_s"] = statistics.median(k / t for k, t in zip(tokens, times) if t > 0)
-    out["tokens_per_s_ci"] = bootstrap_rate(tokens, times)
-    out["tokens_per_s_mean"] = sum(tokens) / sum(times)
+    out.update(rate_stats("tokens_per_s", tokens, times))
     out["tokens_per_step"] = sum(tokens) / len(tokens)
     if timer.losses:
         out["loss_first"], out["loss_last"] = timer.losses[0], timer.losses[-1]
     return out
 
 
+def per_step(amounts: list[float], times: list[float]) -> list[float]:
+    return [a / max(t, 1e-12) for a, t in zip(amounts, times)]
+
+
+def rate_stats(name: str, amounts: list[float], times: list[float]) -> dict[str, Any]:
+    """``name``: the median of the per-step rates (one slow step — allocator growth, the first case's warm-up, seen
+    on the H100 as two 3.6 s steps among 0.74 s ones — does not move it), ``name_ci`` its 95 % bootstrap interval,
+    ``name_mean`` the mean rate (all amounts over all time)."""
+    return {name: statistics.median(per_step(amounts, times)), f"{name}_ci": bootstrap_rate(amounts, times),
+            f"{name}_mean": sum(amounts) / max(sum(times), 1e-12)}
+
+
 def bootstrap_rate(amounts: list[float], times: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95 % interval of the median per-step rate amounts[i] / times[i], resampling steps."""
     rng = random.Random(seed)
-    per = [a / max(t, 1e-12) for a, t in zip(amounts, times)]
+    per = per_step(amounts, times)
     k = len(per)
     rates = []
     for _ in range(n):
@@ -304,8 +312,7 @@ def bootstrap_ratio(a: dict[str, Any], b: dict[str, Any], n: int = 2000, seed: i
     if not a.get("step_s") or not b.get("step_s"):
         return None
     rng = random.Random(seed)
-    pa = [k / max(t, 1e-12) for k, t in zip(a["step_tokens"], a["step_s"])]
-    pb = [k / max(t, 1e-12) for k, t in zip(b["step_tokens"], b["step_s"])]
+    pa, pb = per_step(a["step_tokens"], a["step_s"]), per_step(b["step_tokens"], b["step_s"])
     ratios = []
     for _ in range(n):
         ra = statistics.median(pa[rng.randrange(len(pa))] for _ in pa)
@@ -456,8 +463,7 @@ def case_encoder(profile: dict[str, Any], inputs: dict[str, str], work: Path, ki
     times = timer.times[1:]  # the first step warms up
     out: dict[str, Any] = {"steps": len(timer.times), "steps_timed": len(times), "step_s": times, "batch": batch}
     if times:
-        out["rows_per_s"] = statistics.median(batch / t for t in times if t > 0)
-        out["rows_per_s_ci"] = bootstrap_rate([batch] * len(times), times)
+        out.update(rate_stats("rows_per_s", [batch] * len(times), times))
     if timer.losses:
         out["loss_first"], out["loss_last"] = timer.losses[0], timer.losses[-1]
     m = info.get("metrics", {})
@@ -572,13 +578,9 @@ def report_stored(path: Path) -> int:
     for r in doc["results"]:
         r.pop("vs_trl", None), r.pop("vs_trl_ci", None)
         if r.get("step_tokens"):
-            t, k = r["step_s"], r["step_tokens"]
-            r["tokens_per_s"] = statistics.median(a / b for a, b in zip(k, t) if b > 0)
-            r["tokens_per_s_ci"] = bootstrap_rate(k, t)
-            r["tokens_per_s_mean"] = sum(k) / sum(t)
+            r.update(rate_stats("tokens_per_s", r["step_tokens"], r["step_s"]))
         elif r.get("step_s") and r.get("batch"):
-            r["rows_per_s"] = statistics.median(r["batch"] / b for b in r["step_s"] if b > 0)
-            r["rows_per_s_ci"] = bootstrap_rate([r["batch"]] * len(r["step_s"]), r["step_s"])
+            r.update(rate_stats("rows_per_s", [r["batch"]] * len(r["step_s"]), r["step_s"]))
     summarise(doc["results"], doc["environment"])
     print(f"{path.name}: {doc['environment'].get('device')}, total {doc.get('total_s')} s")
     print(table(doc["results"]))

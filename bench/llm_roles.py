@@ -564,14 +564,11 @@ class Run:
             w.writerow(["key", "head", "relation", "tail", "verdict", "reason", "snippet"])
             for s in sample:
                 w.writerow([s["key"], s["head"], s["relation"], s["tail"], "", "", s["snippet"]])
-        judged = self.judged(sample)
         res["quality_text_unjudged"] = res["quality_text"]
-        if judged is not None:
-            res["quality_text"] += f"; judged {pct(judged[0], judged[1])} of a sample correct"
-        res["details"] = {"sample_keys": [x["key"] for x in sample],"summary": {k: summary.get(k) for k in ("total", "done", "skipped", "skipped_by_reason", "relations",
+        res["details"] = {"sample_keys": [x["key"] for x in sample], "summary": {k: summary.get(k) for k in ("total", "done", "skipped", "skipped_by_reason", "relations",
                                                                    "relation_selection", "triples", "dropped")},
-                          "triples_kept": kept, "judged": judged, "judge_sample": str(to_judge)}
-        return res
+                          "triples_kept": kept, "judge_sample": str(to_judge)}
+        return with_verdicts(res)
 
     @staticmethod
     def judged(sample: list[dict[str, Any]]) -> list[int] | None:
@@ -632,6 +629,17 @@ class Run:
 
 
 # ---------------------------------------------------------------------------- the report
+
+
+def with_verdicts(res: dict[str, Any]) -> dict[str, Any]:
+    """An extract result with the hand verdicts ``bench/judged/llm_extract.tsv`` holds now for its sampled triples."""
+    keys = (res.get("details") or {}).get("sample_keys")
+    if not keys or "quality_text_unjudged" not in res:  # only the extract role samples triples to judge
+        return res
+    judged = Run.judged([{"key": k} for k in keys])
+    res["details"]["judged"] = judged
+    res["quality_text"] = res["quality_text_unjudged"] + (f"; judged {pct(judged[0], judged[1])} of a sample correct" if judged else "")
+    return res
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -719,11 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         for role in roles:
             run.run_role(role)
     results = [json.loads((run.work / r / "result.json").read_text(encoding="utf-8")) for r in ROLES if (run.work / r / "result.json").exists()]
-    for r in results:  # verdicts written after the run (judge WORK/extract/judge_sample.tsv, then --report-only) count too
-        keys = (r.get("details") or {}).get("sample_keys")
-        if r["role"] == "extract" and keys and "quality_text_unjudged" in r:
-            judged = Run.judged([{"key": k} for k in keys])
-            r["quality_text"] = r["quality_text_unjudged"] + (f"; judged {pct(judged[0], judged[1])} of a sample correct" if judged else "")
+    results = [with_verdicts(r) for r in results]  # verdicts written after the run (then --report-only) count too
     results = [r for r in results if r["role"] in roles] if not args.report_only else results
     text = report(results, run, argv if argv is not None else sys.argv[1:])
     print(text)

@@ -100,7 +100,8 @@ def decoding_schema(relations: list[str], max_chars: int, max_triples: int = 12)
     against the envelope and each triple on its own (dropped and counted when wrong), so an endpoint without grammars
     gets the same checks."""
     item = triple_schema(relations, max_chars)
-    item["properties"]["head_type"] = item["properties"]["tail_type"] = {"type": ["string", "null"], "maxLength": 16}
+    # a plain type: llama-cpp-python's grammar converter drops a bound inside a ["string", "null"] union
+    item["properties"]["head_type"] = item["properties"]["tail_type"] = {"type": "string", "maxLength": 16}
     return {"type": "object", "required": ["triples"],
             "properties": {"triples": {"type": "array", "maxItems": max(1, max_triples), "items": item}}}
 

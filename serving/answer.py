@@ -283,7 +283,9 @@ def citation_support(answer: str, citations: list[dict[str, Any]], question: str
     lang = "zh" if lang_of(answer) == "zh" else "en"
     asked = _claim_units(question, lang)
     by_n = {int(c["n"]): c for c in citations}
-    flat = {n: re.sub(r"[^\w]", "", norm_key(c.get("text") or "")) for n, c in by_n.items()}
+    # Chinese claims are matched with punctuation ignored (大枣，味甘 states 枣味), English words within the text
+    texts = {n: re.sub(r"[^\w]", "", norm_key(c.get("text") or "")) if lang == "zh" else norm_key(c.get("text") or "")
+             for n, c in by_n.items()}
     verdicts: dict[int, list[bool]] = {}
     start, units = 0, set()
     for m in _CITE_RE.finditer(answer):
@@ -292,8 +294,7 @@ def citation_support(answer: str, citations: list[dict[str, Any]], question: str
             units = _claim_units(segments[-1], lang) - asked
         for n in _numbers(m.group(1)):
             if n in by_n:
-                text = flat[n] if lang == "zh" else norm_key(by_n[n].get("text") or "")
-                hit = sum(1 for u in units if u in text)
+                hit = sum(1 for u in units if u in texts[n])
                 verdicts.setdefault(n, []).append(not units or hit / len(units) >= SUPPORT_MIN)
         start = m.end()
     bad = []
